@@ -1,0 +1,37 @@
+"""Backline core: place a QEC workload on a controller and coprocessors, and run rounds.
+
+>>> import backline_core as bl
+>>> bl.Endpoint(host="10.0.0.2", port=18590)
+Endpoint(host='10.0.0.2', port=18590)
+"""
+
+from . import plugins
+from .config import CORE_KEYS, format_config, parse_config
+from .coprocessor_function import CoprocessorFunction
+from .errors import (
+    BacklineError,
+    DeadlineError,
+    KeyTakenError,
+    LifecycleError,
+    PayloadTooLargeError,
+    PeerError,
+    PlacementError,
+    PluginError,
+    TransportError,
+    UnknownDecoderError,
+    UnknownPluginError,
+)
+from .hookspecs import Decoder, Device, Executor, Pass, Transport, hookimpl, hookspec
+from .native import get_include, get_library
+from .placement import Controller, Coprocessor, Endpoint, Node, Placement
+from .session import Session
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CORE_KEYS", "BacklineError", "Controller", "Coprocessor", "CoprocessorFunction", "DeadlineError",
+    "Decoder", "Device", "Endpoint", "Executor", "KeyTakenError", "LifecycleError", "Node", "Pass",
+    "PayloadTooLargeError", "PeerError", "Placement", "PlacementError", "PluginError", "Session",
+    "Transport", "TransportError", "UnknownDecoderError", "UnknownPluginError", "format_config",
+    "get_include", "get_library", "hookimpl", "hookspec", "parse_config", "plugins",
+]

@@ -1,0 +1,62 @@
+"""Build helpers for native code that uses the Backline C ABI (setuptools only).
+
+A transport plugin ships its backend as a plain shared library inside its package.
+In its ``setup.py``::
+
+    from setuptools import setup
+    from backline_core.build import BuildPlainLibraries, plain_library
+
+    setup(
+        ext_modules=[plain_library("my_pkg.libmy_backend", sources=["my_pkg/native/backend.c"])],
+        cmdclass={"build_ext": BuildPlainLibraries},
+    )
+
+The library gets a plain name (``my_pkg/libmy_backend.so``, no Python ABI tag),
+is compiled against ``backline.h`` and can be dlopened by any program. This module
+imports nothing but the standard library and setuptools, so the core's own build can
+load it by path.
+"""
+
+from __future__ import annotations
+
+import os
+
+from setuptools import Extension
+from setuptools.command.build_ext import build_ext
+
+_INCLUDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native", "include")
+_PLAIN: set[str] = set()  # names of the extensions built as plain libraries
+_CFLAGS = ["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+
+
+def plain_library(name: str, sources: list[str], *, include_dirs: list[str] | None = None,
+                  libraries: list[str] | None = None, extra_compile_args: list[str] | None = None) -> Extension:
+    """A setuptools Extension built as a plain C shared library named ``name``.
+
+    ``backline.h`` is on the include path; the last dotted part of ``name`` becomes the
+    file name (``pkg.libfoo`` -> ``pkg/libfoo.so``).
+    """
+    ext = Extension(
+        name,
+        sources=sources,
+        include_dirs=[*(include_dirs or []), _INCLUDE],
+        libraries=[*(libraries or []), "pthread"],
+        extra_compile_args=[*_CFLAGS, *(extra_compile_args or [])],
+    )
+    _PLAIN.add(name)
+    return ext
+
+
+class BuildPlainLibraries(build_ext):
+    """build_ext that names plain libraries without the Python ABI suffix."""
+
+    def get_ext_filename(self, fullname: str) -> str:
+        # distutils asks with the full dotted name and with its last part alone.
+        if fullname in _PLAIN or any(name.rsplit(".", 1)[-1] == fullname for name in _PLAIN):
+            return os.path.join(*fullname.split(".")) + ".so"
+        return super().get_ext_filename(fullname)
+
+    def get_export_symbols(self, ext: Extension) -> list[str]:
+        if ext.name in _PLAIN:
+            return []  # a plain library exports its own BL_API symbols, not PyInit_*
+        return super().get_export_symbols(ext)

@@ -1,0 +1,29 @@
+"""The core's built-in coprocessor functions, registered through the same entry points
+as any plugin (``backline.decoders``: ``echo`` and ``steane``)."""
+
+from __future__ import annotations
+
+from .coprocessor_function import CoprocessorFunction
+from .hookspecs import Decoder, hookimpl
+from .native import get_library
+
+
+def echo() -> CoprocessorFunction:
+    """Copies each payload back (decoder_ids 0 and 1)."""
+    return CoprocessorFunction(name="echo", library=get_library(), symbol="bl_fn_echo", decoder_ids=(0, 1))
+
+
+def steane() -> CoprocessorFunction:
+    """Minimum-weight Steane lookup: 1 byte (3 packed syndrome bits) in, 1 byte (7-qubit mask) out.
+
+    Serves decoder_id 0 (X checks) and 1 (Z checks): the Steane code's Hx equals Hz.
+    """
+    return CoprocessorFunction(name="steane", library=get_library(), symbol="bl_fn_steane", decoder_ids=(0, 1))
+
+
+@hookimpl
+def backline_decoders() -> list[Decoder]:
+    return [
+        Decoder(name="echo", summary="copies the payload back", build=echo),
+        Decoder(name="steane", summary="minimum-weight Steane [[7,1,3]] lookup table", build=steane),
+    ]

@@ -1,0 +1,134 @@
+"""CoprocessorFunction: what a coprocessor runs on every message it receives.
+
+Every function has one native signature (``bl_coprocessor_fn`` in ``backline.h``)::
+
+    int32_t fn(void *ctx, uint32_t decoder_id,
+               const uint8_t *in, uint32_t in_len,
+               uint8_t *out, uint32_t out_cap, uint32_t *out_len);
+
+A function is either a symbol in a shared library (the fast path), optionally with
+an ``init_symbol`` that builds ``ctx`` from ``context`` bytes once, or a plain
+Python callable ``fn(decoder_id: int, payload: bytes) -> bytes`` for prototyping
+(the slow path: every message takes the GIL).
+
+>>> from backline_core import CoprocessorFunction
+>>> f = CoprocessorFunction(name="double", python=lambda d, p: bytes(2 * b % 256 for b in p))
+>>> f.is_python, f.decoder_ids
+(True, (0,))
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import PlacementError
+
+#: decoder_id must be below this (the size of a session's dispatch table).
+MAX_DECODERS = 256
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoprocessorFunction:
+    """A per-message function bound to one or more decoder_ids of a coprocessor."""
+
+    name: str
+    library: str | None = None
+    symbol: str | None = None
+    decoder_ids: tuple[int, ...] = (0,)
+    context: bytes = b""
+    init_symbol: str | None = None
+    fini_symbol: str | None = None
+    python: Callable[[int, bytes], bytes] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise PlacementError("CoprocessorFunction needs a non-empty name")
+        ids = tuple(self.decoder_ids)
+        object.__setattr__(self, "decoder_ids", ids)
+        object.__setattr__(self, "context", bytes(self.context))
+        if not ids:
+            raise PlacementError(f"CoprocessorFunction {self.name!r}: decoder_ids is empty; bind at least one id")
+        for i in ids:
+            if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < MAX_DECODERS:
+                raise PlacementError(
+                    f"CoprocessorFunction {self.name!r}: decoder_id {i!r} must be an int in [0, {MAX_DECODERS})"
+                )
+        if len(set(ids)) != len(ids):
+            raise PlacementError(f"CoprocessorFunction {self.name!r}: decoder_ids {ids} repeat an id")
+        native = self.library is not None or self.symbol is not None
+        if self.python is not None:
+            if native or self.init_symbol or self.fini_symbol or self.context:
+                raise PlacementError(
+                    f"CoprocessorFunction {self.name!r}: give either python= or library=/symbol=, not both"
+                )
+            if not callable(self.python):
+                raise PlacementError(f"CoprocessorFunction {self.name!r}: python={self.python!r} is not callable")
+        elif not (self.library and self.symbol):
+            raise PlacementError(
+                f"CoprocessorFunction {self.name!r}: a native function needs both library= (path of a shared "
+                "library) and symbol= (the exported bl_coprocessor_fn); for prototyping pass python=callable"
+            )
+        if (self.init_symbol is None) != (self.fini_symbol is None) and self.fini_symbol is not None:
+            raise PlacementError(f"CoprocessorFunction {self.name!r}: fini_symbol given without init_symbol")
+
+    @property
+    def is_python(self) -> bool:
+        """True for the Python-callable slow path."""
+        return self.python is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description; Python callables are stored as ``module:qualname``."""
+        out: dict[str, Any] = {"name": self.name, "decoder_ids": list(self.decoder_ids)}
+        if self.python is not None:
+            out["python"] = _import_path(self.python, self.name)
+        else:
+            out["library"], out["symbol"] = self.library, self.symbol
+            if self.init_symbol:
+                out["init_symbol"] = self.init_symbol
+            if self.fini_symbol:
+                out["fini_symbol"] = self.fini_symbol
+            if self.context:
+                out["context"] = self.context.hex()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CoprocessorFunction:
+        """Inverse of :meth:`to_dict`."""
+        known = {"name", "decoder_ids", "python", "library", "symbol", "init_symbol", "fini_symbol", "context"}
+        unknown = set(data) - known
+        if unknown:
+            raise PlacementError(f"unknown CoprocessorFunction fields {sorted(unknown)}; known: {sorted(known)}")
+        kwargs = dict(data)
+        kwargs["decoder_ids"] = tuple(kwargs.get("decoder_ids", (0,)))
+        if "context" in kwargs:
+            kwargs["context"] = bytes.fromhex(kwargs["context"])
+        if "python" in kwargs:
+            kwargs["python"] = load_import_path(kwargs["python"])
+        return cls(**kwargs)
+
+
+def _import_path(fn: Callable[..., Any], name: str) -> str:
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or "<" in qualname:
+        raise PlacementError(
+            f"CoprocessorFunction {name!r}: its Python callable {fn!r} cannot be serialized; "
+            "use a module-level function so it can be named as module:qualname"
+        )
+    return f"{module}:{qualname}"
+
+
+def load_import_path(path: str) -> Callable[..., Any]:
+    """Import ``module:qualname`` and return the object."""
+    module, sep, qualname = path.partition(":")
+    if not sep or not module or not qualname:
+        raise PlacementError(f"{path!r} is not an import path of the form module:qualname")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise PlacementError(f"cannot import coprocessor function {path!r}: {exc}") from exc
+    return obj

@@ -1,0 +1,207 @@
+/*
+ * backline.h -- the Backline runtime and transport-backend C ABI.
+ *
+ * Three contracts live here:
+ *   1. the session API of libbackline (bl_session_*, bl_connect ... bl_destroy), used by
+ *      Python (through cffi) and by compiled programs;
+ *   2. the per-message coprocessor function signature (bl_coprocessor_fn);
+ *   3. the transport backend ABI (bl_backend), which a transport plugin's shared library
+ *      exports through the symbol BL_BACKEND_ENTRY.
+ *
+ * The wire format (frame header and ring geometry) is described in docs/wire-format.md.
+ * All functions return a bl_status (0 on success, a negative BL_E* code on failure);
+ * bl_last_error() gives the text of the calling thread's last failure.
+ */
+#ifndef BACKLINE_H
+#define BACKLINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BACKLINE_ABI_VERSION 1
+
+#if defined(__GNUC__)
+#define BL_API __attribute__((visibility("default")))
+#else
+#define BL_API
+#endif
+
+/* ---- status codes -------------------------------------------------------------- */
+typedef enum bl_status {
+    BL_OK = 0,
+    BL_EINVAL = -1,     /* bad argument or configuration value */
+    BL_ESTATE = -2,     /* lifecycle call out of order */
+    BL_ETIMEOUT = -3,   /* the call's deadline passed (peer silent or dead) */
+    BL_ETOOBIG = -4,    /* payload larger than the session maximum */
+    BL_EDECODER = -5,   /* no coprocessor function bound to the frame's decoder_id */
+    BL_EPEER = -6,      /* the peer went away or broke the protocol */
+    BL_EBUSY = -7,      /* the session key is held by another session */
+    BL_EBACKEND = -8,   /* the transport backend failed; see the error text */
+    BL_EFULL = -9,      /* every ring slot is in flight; collect first */
+    BL_EEMPTY = -10,    /* collect with no round in flight */
+    BL_EFN = -11,       /* the coprocessor function returned an error */
+    BL_ENOMEM = -12,    /* allocation failed (only during set-up) */
+    BL_EABI = -13,      /* backend built for another ABI version */
+    BL_ENOTFOUND = -14  /* no session under this (role, key) */
+} bl_status;
+
+typedef enum bl_role { BL_CONTROLLER = 0, BL_COPROCESSOR = 1 } bl_role;
+
+/* ---- wire format ------------------------------------------------------------------ */
+/* A ring is `slots` (a power of two) slots of `slot_bytes` (a multiple of 64) bytes.
+ * Round `seq` (1, 2, 3, ...) uses slot (seq - 1) & (slots - 1). Each slot starts with
+ * this 32-byte header; the payload follows it. The producer writes the payload and the
+ * other header fields first and stores `seq` last with release ordering, so a consumer
+ * that reads the expected `seq` with acquire ordering sees a complete frame. */
+#define BL_FRAME_HEADER_BYTES 32u
+#define BL_SLOT_ALIGN 64u
+#define BL_MAX_DECODERS 256u
+
+typedef struct bl_frame_header {
+    uint64_t seq;        /* round sequence number; 0 = slot never written */
+    uint32_t len;        /* payload bytes that follow the header */
+    uint32_t decoder_id; /* request: which bound function serves it; reply: echoed */
+    int32_t status;      /* reply: BL_OK or the error of this round; request: 0 */
+    uint32_t flags;      /* reserved, 0 */
+    uint64_t reserved;   /* reserved, 0 */
+} bl_frame_header;
+
+/* ---- coprocessor functions --------------------------------------------------------- */
+/* Called once per message. Write at most out_cap bytes to out, set *out_len, and
+ * return 0; any nonzero return becomes the round's error (BL_EFN) at the controller. */
+typedef int32_t (*bl_coprocessor_fn)(void *ctx, uint32_t decoder_id, const uint8_t *in,
+                                     uint32_t in_len, uint8_t *out, uint32_t out_cap,
+                                     uint32_t *out_len);
+/* Optional constructor/destructor of a function's ctx, given opaque parameter bytes. */
+typedef int32_t (*bl_fn_init)(const uint8_t *params, uint64_t len, void **ctx);
+typedef void (*bl_fn_fini)(void *ctx);
+
+/* ---- session API (libbackline) ------------------------------------------------------ */
+typedef struct bl_session bl_session;
+
+BL_API int32_t bl_abi_version(void);
+BL_API const char *bl_status_name(int32_t status);
+/* Text of the calling thread's last failure (never NULL). */
+BL_API const char *bl_last_error(void);
+
+/* Open `backend_lib` (path of a transport backend) and register a session under
+ * (role, key). `config` is "k=v;k=v" (see docs/architecture.md for the keys). */
+BL_API int32_t bl_session_create(const char *backend_lib, int32_t role, const char *key,
+                                 const char *config, bl_session **out);
+/* The session registered under (role, key), or NULL (bl_last_error says why). */
+BL_API bl_session *bl_session_get(int32_t role, const char *key);
+
+/* Lifecycle, in this order. Bring-up calls wait at most connect_timeout_ms. */
+BL_API int32_t bl_connect(bl_session *s);
+BL_API int32_t bl_alloc_memory(bl_session *s);
+BL_API int32_t bl_exchange_keys(bl_session *s);
+BL_API int32_t bl_establish_channel(bl_session *s);
+BL_API int32_t bl_set_message_sizes(bl_session *s, uint32_t in_bytes, uint32_t out_bytes);
+BL_API int32_t bl_set_coprocessor_fn(bl_session *s, uint32_t decoder_id, bl_coprocessor_fn fn,
+                                     void *ctx);
+BL_API int32_t bl_start(bl_session *s);
+
+/* Rounds (controller). Payloads may vary per round up to in_bytes. Up to `slots`
+ * rounds may be in flight; replies are collected in order. */
+BL_API int32_t bl_stage_payload(bl_session *s, const void *data, uint32_t len,
+                                uint32_t decoder_id);
+BL_API int32_t bl_post(bl_session *s);
+/* Wait (at most timeout_ms) for the oldest in-flight reply and copy it to out. */
+BL_API int32_t bl_collect(bl_session *s, void *out, uint32_t out_cap, uint32_t *out_len);
+/* Like bl_collect but hands back the reply in place; valid until `slots` more posts. */
+BL_API int32_t bl_reply_slot(bl_session *s, const uint8_t **data, uint32_t *len);
+/* stage + post + collect in one call. */
+BL_API int32_t bl_round(bl_session *s, const void *in, uint32_t in_len, uint32_t decoder_id,
+                        void *out, uint32_t out_cap, uint32_t *out_len);
+/* Round trip of the last collected round, in nanoseconds (0 before the first). */
+BL_API uint64_t bl_last_rtt_ns(bl_session *s);
+
+/* Coprocessor serving: poll the request ring and answer until bl_stop (or, for
+ * bl_serve_for, until `ns` nanoseconds have passed). Backends with their own poller
+ * thread call these; bl_serve_pending answers what has arrived and returns the count. */
+BL_API int32_t bl_serve(bl_session *s);
+BL_API int32_t bl_serve_pending(bl_session *s);
+
+/* Teardown: idempotent. bl_destroy also unregisters the key and frees the session. */
+BL_API int32_t bl_stop(bl_session *s);
+BL_API int32_t bl_destroy(bl_session *s);
+
+/* Introspection. */
+BL_API int32_t bl_session_geometry(bl_session *s, uint32_t *slots, uint32_t *slot_bytes,
+                                   uint32_t *in_bytes, uint32_t *out_bytes);
+BL_API uint64_t bl_now_ns(void);
+
+/* Built-in coprocessor functions (see docs): echo copies the payload back; steane maps
+ * a bit-packed 3-bit Steane syndrome to the bit-packed 7-qubit correction mask. */
+BL_API int32_t bl_fn_echo(void *ctx, uint32_t decoder_id, const uint8_t *in, uint32_t in_len,
+                          uint8_t *out, uint32_t out_cap, uint32_t *out_len);
+BL_API int32_t bl_fn_steane(void *ctx, uint32_t decoder_id, const uint8_t *in, uint32_t in_len,
+                            uint8_t *out, uint32_t out_cap, uint32_t *out_len);
+
+/* ---- transport backend ABI -------------------------------------------------------------- */
+/* What a backend hands the core at establish_channel: the two rings as this process sees
+ * them, and optional hooks. `deliver` runs on the round path right after this side
+ * publishes a frame (controller: a request; coprocessor: a reply) -- NULL when the
+ * memory is shared and nothing needs to move. `peer_alive` is polled rarely while
+ * waiting so a dead peer is reported early (NULL: rely on the deadline). `doorbell`
+ * (NULL: none) is a futex word pair in the shared region that lets an idle
+ * coprocessor sleep: doorbell[0] = "coprocessor sleeping" flag, doorbell[1] = counter. */
+typedef struct bl_channel {
+    uint8_t *request_ring;
+    uint8_t *reply_ring;
+    uint32_t slots;
+    uint32_t slot_bytes;
+    int32_t (*deliver)(void *impl, uint64_t seq, uint32_t slot);
+    int32_t (*peer_alive)(void *impl);
+    uint32_t *doorbell;
+    int32_t doorbell_shared; /* 1: the futex word is shared between processes */
+    void *impl;
+} bl_channel;
+
+/* Services of the core a backend may call (passed to open). */
+typedef struct bl_host_api {
+    uint32_t abi_version;
+    int32_t (*serve)(bl_session *s);
+    int32_t (*serve_pending)(bl_session *s);
+    uint64_t (*now_ns)(void);
+} bl_host_api;
+
+typedef struct bl_open_args {
+    uint32_t abi_version;
+    int32_t role;
+    const char *key;
+    const char *config;   /* the whole configuration string, core keys included */
+    uint32_t slots;       /* the ring geometry the core parsed from config (or defaults) */
+    uint32_t slot_bytes;
+    bl_session *session;  /* the core session that owns this backend instance */
+    const bl_host_api *host;
+} bl_open_args;
+
+/* Every hook returns a bl_status and may write a message (NUL-terminated, at most
+ * errlen bytes) into err. Deadlines are absolute bl_now_ns() values. */
+typedef struct bl_backend {
+    uint32_t abi_version; /* BACKLINE_ABI_VERSION the backend was built against */
+    const char *name;
+    const char *const *config_keys; /* NULL-terminated keys this backend reads */
+    int32_t (*open)(const bl_open_args *args, void **impl, char *err, size_t errlen);
+    int32_t (*connect)(void *impl, uint64_t deadline_ns, char *err, size_t errlen);
+    int32_t (*alloc_memory)(void *impl, char *err, size_t errlen);
+    int32_t (*exchange_keys)(void *impl, uint64_t deadline_ns, char *err, size_t errlen);
+    int32_t (*establish_channel)(void *impl, bl_channel *ch, uint64_t deadline_ns, char *err,
+                                 size_t errlen);
+    int32_t (*start)(void *impl, char *err, size_t errlen);
+    int32_t (*stop)(void *impl, char *err, size_t errlen);
+    void (*close)(void *impl);
+} bl_backend;
+
+#define BL_BACKEND_ENTRY "backline_transport_backend_v1"
+typedef const bl_backend *(*bl_backend_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BACKLINE_H */

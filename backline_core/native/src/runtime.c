@@ -1,0 +1,794 @@
+/*
+ * The Backline session runtime: registry by (role, key), lifecycle enforcement,
+ * ring protocol (wire format), deadlines and error text. Transport backends supply
+ * the memory and any data movement; this file owns everything the two roles agree on.
+ */
+#define _GNU_SOURCE
+#include "backline/backline.h"
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define KEY_MAX 128
+#define ERR_MAX 1024
+#define SESSION_MAGIC 0x42414b4c494e4531ull /* "BAKLINE1" */
+
+enum state {
+    ST_CREATED,
+    ST_CONNECTED,
+    ST_ALLOCATED,
+    ST_KEYS,
+    ST_CHANNEL,
+    ST_CONFIGURED,
+    ST_STARTED,
+    ST_STOPPED,
+};
+
+static const char *const state_names[] = {
+    "created", "connected", "memory allocated", "keys exchanged", "channel established",
+    "configured", "started", "stopped",
+};
+
+struct fn_binding {
+    bl_coprocessor_fn fn;
+    void *ctx;
+};
+
+struct bl_session {
+    uint64_t magic;
+    /* Round-path fields first (one or two cache lines). */
+    uint8_t *tx_ring; /* controller: request ring; coprocessor: reply ring */
+    uint8_t *rx_ring; /* controller: reply ring; coprocessor: request ring */
+    uint32_t mask, slot_bytes;
+    uint32_t in_bytes, out_bytes, max_payload;
+    int32_t state;
+    uint64_t staged, posted, collected; /* controller sequence numbers */
+    uint64_t served;                    /* coprocessor: last answered seq */
+    uint64_t timeout_ns;
+    uint64_t last_rtt;
+    uint64_t *post_time;
+    bl_channel ch;
+    volatile int stop_flag;
+    int64_t idle_spin_ns;
+    struct fn_binding *fns;
+
+    int32_t role;
+    char key[KEY_MAX];
+    char *config;
+    uint64_t connect_timeout_ns;
+    uint32_t cfg_slots, cfg_slot_bytes;
+    int geometry_explicit;
+    void *dl;
+    const bl_backend *be;
+    void *impl;
+    struct bl_session *next; /* registry list */
+};
+
+/* ---- error text ------------------------------------------------------------------------- */
+
+static __thread char tl_error[ERR_MAX];
+
+BL_API const char *bl_last_error(void) { return tl_error; }
+
+static int32_t fail(int32_t code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int32_t fail(int32_t code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tl_error, sizeof tl_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+BL_API const char *bl_status_name(int32_t status) {
+    switch (status) {
+    case BL_OK: return "BL_OK";
+    case BL_EINVAL: return "BL_EINVAL";
+    case BL_ESTATE: return "BL_ESTATE";
+    case BL_ETIMEOUT: return "BL_ETIMEOUT";
+    case BL_ETOOBIG: return "BL_ETOOBIG";
+    case BL_EDECODER: return "BL_EDECODER";
+    case BL_EPEER: return "BL_EPEER";
+    case BL_EBUSY: return "BL_EBUSY";
+    case BL_EBACKEND: return "BL_EBACKEND";
+    case BL_EFULL: return "BL_EFULL";
+    case BL_EEMPTY: return "BL_EEMPTY";
+    case BL_EFN: return "BL_EFN";
+    case BL_ENOMEM: return "BL_ENOMEM";
+    case BL_EABI: return "BL_EABI";
+    case BL_ENOTFOUND: return "BL_ENOTFOUND";
+    default: return "BL_E?";
+    }
+}
+
+BL_API int32_t bl_abi_version(void) { return BACKLINE_ABI_VERSION; }
+BL_API uint64_t bl_now_ns(void) { return bl__now(); }
+
+static const char *role_name(int32_t role) {
+    return role == BL_CONTROLLER ? "controller" : "coprocessor";
+}
+
+/* ---- registry ---------------------------------------------------------------------------- */
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static bl_session *registry_head;
+
+static bl_session *registry_find(int32_t role, const char *key) {
+    for (bl_session *s = registry_head; s; s = s->next)
+        if (s->role == role && strcmp(s->key, key) == 0) return s;
+    return NULL;
+}
+
+static int registry_contains(const bl_session *p) {
+    for (bl_session *s = registry_head; s; s = s->next)
+        if (s == p) return 1;
+    return 0;
+}
+
+static void registry_remove(bl_session *p) {
+    for (bl_session **pp = &registry_head; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            return;
+        }
+}
+
+BL_API bl_session *bl_session_get(int32_t role, const char *key) {
+    if (!key || (role != BL_CONTROLLER && role != BL_COPROCESSOR)) {
+        fail(BL_EINVAL, "bl_session_get: role must be 0 (controller) or 1 (coprocessor) and key non-NULL");
+        return NULL;
+    }
+    pthread_mutex_lock(&registry_lock);
+    bl_session *s = registry_find(role, key);
+    pthread_mutex_unlock(&registry_lock);
+    if (!s)
+        fail(BL_ENOTFOUND, "no %s session is registered under key '%s' (create it first)",
+             role_name(role), key);
+    return s;
+}
+
+/* ---- configuration ---------------------------------------------------------------------- */
+
+static const char *const core_keys[] = {"slots", "slot_bytes", "timeout_ms", "connect_timeout_ms",
+                                        "idle_spin_us", NULL};
+
+static int key_in(const char *key, size_t n, const char *const *list) {
+    for (; list && *list; ++list)
+        if (strlen(*list) == n && strncmp(*list, key, n) == 0) return 1;
+    return 0;
+}
+
+static int parse_u64(const char *v, size_t n, uint64_t *out) {
+    if (n == 0 || n > 19) return 0;
+    uint64_t x = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (v[i] < '0' || v[i] > '9') return 0;
+        x = x * 10 + (uint64_t)(v[i] - '0');
+    }
+    *out = x;
+    return 1;
+}
+
+/* Validate the whole string (syntax, known keys) and read the core's keys. */
+static int32_t parse_config(bl_session *s, const char *config) {
+    s->cfg_slots = 64;
+    s->cfg_slot_bytes = 256;
+    s->timeout_ns = 1000ull * 1000000ull;
+    s->connect_timeout_ns = 10000ull * 1000000ull;
+    s->idle_spin_ns = 10ll * 1000000ll;
+    const char *p = config;
+    while (p && *p) {
+        const char *end = strchr(p, ';');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        if (!eq || eq == p || eq == p + len - 1)
+            return fail(BL_EINVAL, "malformed configuration item '%.*s' in '%s': expected key=value pairs separated by ';'",
+                        (int)len, p, config);
+        size_t klen = (size_t)(eq - p), vlen = len - klen - 1;
+        const char *v = eq + 1;
+        if (!key_in(p, klen, core_keys) && !key_in(p, klen, s->be->config_keys)) {
+            char known[512] = "";
+            for (const char *const *k = core_keys; *k; ++k) strncat(known, *k, sizeof known - strlen(known) - 3), strcat(known, ", ");
+            for (const char *const *k = s->be->config_keys; k && *k; ++k) strncat(known, *k, sizeof known - strlen(known) - 3), strcat(known, ", ");
+            known[strlen(known) > 2 ? strlen(known) - 2 : 0] = 0;
+            return fail(BL_EINVAL, "unknown configuration key '%.*s' for transport '%s' (known keys: %s)",
+                        (int)klen, p, s->be->name, known);
+        }
+        uint64_t x = 0;
+        int numeric = parse_u64(v, vlen, &x);
+        if (klen == 5 && !strncmp(p, "slots", 5)) {
+            if (!numeric || x < 1 || x > (1u << 20) || (x & (x - 1)))
+                return fail(BL_EINVAL, "slots=%.*s: must be a power of two between 1 and 1048576", (int)vlen, v);
+            s->cfg_slots = (uint32_t)x;
+            s->geometry_explicit = 1;
+        } else if (klen == 10 && !strncmp(p, "slot_bytes", 10)) {
+            if (!numeric || x < BL_SLOT_ALIGN || x % BL_SLOT_ALIGN || x > (1u << 24))
+                return fail(BL_EINVAL, "slot_bytes=%.*s: must be a multiple of 64 between 64 and 16777216 (it includes the %u-byte frame header)",
+                            (int)vlen, v, BL_FRAME_HEADER_BYTES);
+            s->cfg_slot_bytes = (uint32_t)x;
+            s->geometry_explicit = 1;
+        } else if (klen == 10 && !strncmp(p, "timeout_ms", 10)) {
+            if (!numeric || x < 1 || x > 86400000ull)
+                return fail(BL_EINVAL, "timeout_ms=%.*s: must be an integer between 1 and 86400000", (int)vlen, v);
+            s->timeout_ns = x * 1000000ull;
+        } else if (klen == 18 && !strncmp(p, "connect_timeout_ms", 18)) {
+            if (!numeric || x < 1 || x > 86400000ull)
+                return fail(BL_EINVAL, "connect_timeout_ms=%.*s: must be an integer between 1 and 86400000", (int)vlen, v);
+            s->connect_timeout_ns = x * 1000000ull;
+        } else if (klen == 12 && !strncmp(p, "idle_spin_us", 12)) {
+            if (vlen == 2 && !strncmp(v, "-1", 2))
+                s->idle_spin_ns = -1;
+            else if (numeric && x <= 3600000000ull)
+                s->idle_spin_ns = (int64_t)x * 1000;
+            else
+                return fail(BL_EINVAL, "idle_spin_us=%.*s: must be -1 (never sleep) or microseconds >= 0", (int)vlen, v);
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return BL_OK;
+}
+
+/* ---- session creation ------------------------------------------------------------------- */
+
+static const bl_host_api host_api = {
+    .abi_version = BACKLINE_ABI_VERSION,
+    .serve = bl_serve,
+    .serve_pending = bl_serve_pending,
+    .now_ns = bl_now_ns,
+};
+
+BL_API int32_t bl_session_create(const char *backend_lib, int32_t role, const char *key,
+                                 const char *config, bl_session **out) {
+    if (!out) return fail(BL_EINVAL, "bl_session_create: out is NULL");
+    *out = NULL;
+    if (!backend_lib || !*backend_lib) return fail(BL_EINVAL, "bl_session_create: backend_lib is empty");
+    if (role != BL_CONTROLLER && role != BL_COPROCESSOR)
+        return fail(BL_EINVAL, "bl_session_create: role %d is neither 0 (controller) nor 1 (coprocessor)", role);
+    if (!key || !*key || strlen(key) >= KEY_MAX)
+        return fail(BL_EINVAL, "bl_session_create: key must be 1..%d characters", KEY_MAX - 1);
+    for (const char *c = key; *c; ++c)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '_' || *c == '-' || *c == '.'))
+            return fail(BL_EINVAL, "bl_session_create: key '%s' may only contain letters, digits, '_', '-' and '.'", key);
+
+    void *dl = dlopen(backend_lib, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) return fail(BL_EBACKEND, "cannot load transport backend '%s': %s", backend_lib, dlerror());
+    bl_backend_entry_fn entry = (bl_backend_entry_fn)dlsym(dl, BL_BACKEND_ENTRY);
+    if (!entry) {
+        dlclose(dl);
+        return fail(BL_EABI, "'%s' is not a Backline transport backend: it does not export %s",
+                    backend_lib, BL_BACKEND_ENTRY);
+    }
+    const bl_backend *be = entry();
+    if (!be || be->abi_version != BACKLINE_ABI_VERSION) {
+        uint32_t v = be ? be->abi_version : 0;
+        dlclose(dl);
+        return fail(BL_EABI, "backend '%s' was built for Backline ABI %u, this runtime is ABI %d; rebuild the plugin",
+                    backend_lib, v, BACKLINE_ABI_VERSION);
+    }
+    if (!be->open || !be->connect || !be->alloc_memory || !be->exchange_keys ||
+        !be->establish_channel || !be->start || !be->stop || !be->close) {
+        dlclose(dl);
+        return fail(BL_EABI, "backend '%s' leaves a required hook NULL", backend_lib);
+    }
+
+    bl_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        dlclose(dl);
+        return fail(BL_ENOMEM, "bl_session_create: out of memory");
+    }
+    s->magic = SESSION_MAGIC;
+    s->role = role;
+    s->be = be;
+    s->dl = dl;
+    snprintf(s->key, sizeof s->key, "%s", key);
+    s->config = strdup(config ? config : "");
+    int32_t rc = parse_config(s, s->config);
+    if (rc != BL_OK) goto fail_free;
+
+    pthread_mutex_lock(&registry_lock);
+    bl_session *other = registry_find(role, key);
+    if (other) {
+        pthread_mutex_unlock(&registry_lock);
+        rc = fail(BL_EBUSY, "a %s session is already registered under key '%s' in this process; destroy it first or use another key",
+                  role_name(role), key);
+        goto fail_free;
+    }
+    s->next = registry_head;
+    registry_head = s;
+    pthread_mutex_unlock(&registry_lock);
+
+    bl_open_args args = {
+        .abi_version = BACKLINE_ABI_VERSION, .role = role, .key = s->key, .config = s->config,
+        .slots = s->cfg_slots, .slot_bytes = s->cfg_slot_bytes, .session = s, .host = &host_api,
+    };
+    char err[ERR_MAX / 2] = "";
+    rc = be->open(&args, &s->impl, err, sizeof err);
+    if (rc != BL_OK) {
+        pthread_mutex_lock(&registry_lock);
+        registry_remove(s);
+        pthread_mutex_unlock(&registry_lock);
+        rc = fail(rc, "%s backend: open (%s '%s') failed: %s", be->name, role_name(role), key, err);
+        goto fail_free;
+    }
+    s->state = ST_CREATED;
+    *out = s;
+    return BL_OK;
+
+fail_free:
+    free(s->config);
+    free(s);
+    dlclose(dl);
+    return rc;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------------- */
+
+static int32_t check_session(bl_session *s, const char *call) {
+    if (BL_UNLIKELY(!s || s->magic != SESSION_MAGIC))
+        return fail(BL_EINVAL, "%s: not a live session (NULL or destroyed)", call);
+    return BL_OK;
+}
+
+static int32_t expect_state(bl_session *s, const char *call, int32_t want) {
+    int32_t rc = check_session(s, call);
+    if (rc) return rc;
+    if (s->state != want) {
+        if (s->state == ST_STOPPED)
+            return fail(BL_ESTATE, "%s (%s '%s'): the session is stopped", call, role_name(s->role), s->key);
+        return fail(BL_ESTATE, "%s (%s '%s') is out of order: the session is %s, and %s needs it %s. "
+                    "Order: connect, alloc_memory, exchange_keys, establish_channel, %s, start",
+                    call, role_name(s->role), s->key, state_names[s->state], call, state_names[want],
+                    s->role == BL_CONTROLLER ? "set_message_sizes" : "set_coprocessor_fn");
+    }
+    return BL_OK;
+}
+
+static int32_t backend_fail(bl_session *s, const char *step, int32_t rc, const char *err) {
+    return fail(rc, "%s backend: %s (%s '%s') failed: %s", s->be->name, step, role_name(s->role),
+                s->key, *err ? err : bl_status_name(rc));
+}
+
+BL_API int32_t bl_connect(bl_session *s) {
+    int32_t rc = expect_state(s, "connect", ST_CREATED);
+    if (rc) return rc;
+    char err[ERR_MAX / 2] = "";
+    rc = s->be->connect(s->impl, bl__now() + s->connect_timeout_ns, err, sizeof err);
+    if (rc) return backend_fail(s, "connect", rc, err);
+    s->state = ST_CONNECTED;
+    return BL_OK;
+}
+
+BL_API int32_t bl_alloc_memory(bl_session *s) {
+    int32_t rc = expect_state(s, "alloc_memory", ST_CONNECTED);
+    if (rc) return rc;
+    char err[ERR_MAX / 2] = "";
+    rc = s->be->alloc_memory(s->impl, err, sizeof err);
+    if (rc) return backend_fail(s, "alloc_memory", rc, err);
+    s->state = ST_ALLOCATED;
+    return BL_OK;
+}
+
+BL_API int32_t bl_exchange_keys(bl_session *s) {
+    int32_t rc = expect_state(s, "exchange_keys", ST_ALLOCATED);
+    if (rc) return rc;
+    char err[ERR_MAX / 2] = "";
+    rc = s->be->exchange_keys(s->impl, bl__now() + s->connect_timeout_ns, err, sizeof err);
+    if (rc) return backend_fail(s, "exchange_keys", rc, err);
+    s->state = ST_KEYS;
+    return BL_OK;
+}
+
+static uint64_t slot_seq(const uint8_t *ring, uint32_t slot_bytes, uint32_t slot) {
+    return bl__load_acquire((const uint64_t *)(ring + (size_t)slot * slot_bytes));
+}
+
+BL_API int32_t bl_establish_channel(bl_session *s) {
+    int32_t rc = expect_state(s, "establish_channel", ST_KEYS);
+    if (rc) return rc;
+    char err[ERR_MAX / 2] = "";
+    bl_channel ch;
+    memset(&ch, 0, sizeof ch);
+    uint64_t deadline = bl__now() + s->connect_timeout_ns;
+    rc = s->be->establish_channel(s->impl, &ch, deadline, err, sizeof err);
+    if (rc) return backend_fail(s, "establish_channel", rc, err);
+    if (!ch.request_ring || !ch.reply_ring || !ch.slots || (ch.slots & (ch.slots - 1)) ||
+        ch.slot_bytes < BL_SLOT_ALIGN || ch.slot_bytes % BL_SLOT_ALIGN ||
+        ((uintptr_t)ch.request_ring | (uintptr_t)ch.reply_ring) % BL_SLOT_ALIGN)
+        return fail(BL_EBACKEND, "%s backend: establish_channel returned an invalid channel (rings must be 64-byte aligned, slots a power of two, slot_bytes a multiple of 64)",
+                    s->be->name);
+    if (s->geometry_explicit && (ch.slots != s->cfg_slots || ch.slot_bytes != s->cfg_slot_bytes))
+        return fail(BL_EINVAL, "%s '%s' asked for slots=%u slot_bytes=%u but the channel has slots=%u slot_bytes=%u; "
+                    "configure the ring on the coprocessor (it owns the memory) or drop these keys here",
+                    role_name(s->role), s->key, s->cfg_slots, s->cfg_slot_bytes, ch.slots, ch.slot_bytes);
+    s->ch = ch;
+    s->mask = ch.slots - 1;
+    s->slot_bytes = ch.slot_bytes;
+    s->max_payload = ch.slot_bytes - BL_FRAME_HEADER_BYTES;
+    if (s->role == BL_CONTROLLER) {
+        s->tx_ring = ch.request_ring;
+        s->rx_ring = ch.reply_ring;
+        /* A coprocessor may outlive earlier controllers: continue their sequence, once
+         * every request they posted has been answered. */
+        uint64_t base = 0;
+        for (uint32_t i = 0; i < ch.slots; ++i) {
+            uint64_t q = slot_seq(ch.request_ring, ch.slot_bytes, i);
+            if (q > base) base = q;
+        }
+        if (base) {
+            uint32_t slot = (uint32_t)((base - 1) & s->mask);
+            while (slot_seq(ch.reply_ring, ch.slot_bytes, slot) != base) {
+                if (bl__now() > deadline)
+                    return fail(BL_EPEER, "controller '%s': the coprocessor has not answered round %llu posted by a previous controller; restart the coprocessor",
+                                s->key, (unsigned long long)base);
+                usleep(100);
+            }
+        }
+        s->staged = s->posted = s->collected = base;
+        s->post_time = calloc(ch.slots, sizeof *s->post_time);
+        if (!s->post_time) return fail(BL_ENOMEM, "establish_channel: out of memory");
+    } else {
+        s->tx_ring = ch.reply_ring;
+        s->rx_ring = ch.request_ring;
+        uint64_t served = 0;
+        for (uint32_t i = 0; i < ch.slots; ++i) {
+            uint64_t q = slot_seq(ch.reply_ring, ch.slot_bytes, i);
+            if (q > served) served = q;
+        }
+        s->served = served;
+        s->fns = calloc(BL_MAX_DECODERS, sizeof *s->fns);
+        if (!s->fns) return fail(BL_ENOMEM, "establish_channel: out of memory");
+    }
+    s->state = ST_CHANNEL;
+    return BL_OK;
+}
+
+BL_API int32_t bl_set_message_sizes(bl_session *s, uint32_t in_bytes, uint32_t out_bytes) {
+    int32_t rc = expect_state(s, "set_message_sizes", ST_CHANNEL);
+    if (rc) return rc;
+    if (s->role != BL_CONTROLLER)
+        return fail(BL_ESTATE, "set_message_sizes is a controller call; '%s' is a coprocessor session (it binds functions with set_coprocessor_fn)", s->key);
+    if (in_bytes == 0 || in_bytes > s->max_payload || out_bytes > s->max_payload)
+        return fail(BL_ETOOBIG, "set_message_sizes(in=%u, out=%u): each must fit a slot's payload of %u bytes (slot_bytes %u minus the %u-byte header), and in must be > 0; raise slot_bytes on the coprocessor",
+                    in_bytes, out_bytes, s->max_payload, s->slot_bytes, BL_FRAME_HEADER_BYTES);
+    s->in_bytes = in_bytes;
+    s->out_bytes = out_bytes;
+    s->state = ST_CONFIGURED;
+    return BL_OK;
+}
+
+BL_API int32_t bl_set_coprocessor_fn(bl_session *s, uint32_t decoder_id, bl_coprocessor_fn fn, void *ctx) {
+    int32_t rc = check_session(s, "set_coprocessor_fn");
+    if (rc) return rc;
+    if (s->role != BL_COPROCESSOR)
+        return fail(BL_ESTATE, "set_coprocessor_fn is a coprocessor call; '%s' is a controller session (it calls set_message_sizes)", s->key);
+    if (s->state != ST_CHANNEL && s->state != ST_CONFIGURED)
+        return expect_state(s, "set_coprocessor_fn", ST_CHANNEL);
+    if (!fn) return fail(BL_EINVAL, "set_coprocessor_fn: fn is NULL");
+    if (decoder_id >= BL_MAX_DECODERS)
+        return fail(BL_EINVAL, "set_coprocessor_fn: decoder_id %u must be below %u", decoder_id, BL_MAX_DECODERS);
+    s->fns[decoder_id].fn = fn;
+    s->fns[decoder_id].ctx = ctx;
+    s->state = ST_CONFIGURED;
+    return BL_OK;
+}
+
+BL_API int32_t bl_start(bl_session *s) {
+    int32_t rc = expect_state(s, "start", ST_CONFIGURED);
+    if (rc) return rc;
+    char err[ERR_MAX / 2] = "";
+    s->stop_flag = 0;
+    s->state = ST_STARTED; /* before the backend starts a poller that checks it */
+    rc = s->be->start(s->impl, err, sizeof err);
+    if (rc) {
+        s->state = ST_CONFIGURED;
+        return backend_fail(s, "start", rc, err);
+    }
+    return BL_OK;
+}
+
+/* ---- controller rounds -------------------------------------------------------------------- */
+
+static int32_t round_state_error(bl_session *s, const char *call) {
+    int32_t rc = check_session(s, call);
+    if (rc) return rc;
+    if (s->role != BL_CONTROLLER)
+        return fail(BL_ESTATE, "%s is a controller call; '%s' is a coprocessor session", call, s->key);
+    return expect_state(s, call, ST_STARTED);
+}
+
+static void ring_doorbell(bl_session *s) {
+    uint32_t *db = s->ch.doorbell;
+    /* Pairs with the coprocessor's flag store before its last look at the ring. */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (BL_UNLIKELY(__atomic_load_n(&db[0], __ATOMIC_RELAXED))) {
+        __atomic_fetch_add(&db[1], 1, __ATOMIC_SEQ_CST);
+        syscall(SYS_futex, &db[1], s->ch.doorbell_shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    }
+}
+
+BL_API int32_t bl_stage_payload(bl_session *s, const void *data, uint32_t len, uint32_t decoder_id) {
+    if (BL_UNLIKELY(!s || s->magic != SESSION_MAGIC || s->state != ST_STARTED || s->role != BL_CONTROLLER))
+        return round_state_error(s, "stage_payload");
+    if (BL_UNLIKELY(len > s->in_bytes))
+        return fail(BL_ETOOBIG, "stage_payload (controller '%s'): payload of %u bytes exceeds the maximum of %u set by set_message_sizes",
+                    s->key, len, s->in_bytes);
+    if (BL_UNLIKELY(len && !data)) return fail(BL_EINVAL, "stage_payload: data is NULL");
+    if (BL_UNLIKELY(decoder_id >= BL_MAX_DECODERS))
+        return fail(BL_EINVAL, "stage_payload: decoder_id %u must be below %u", decoder_id, BL_MAX_DECODERS);
+    uint64_t seq = s->posted + 1;
+    if (BL_UNLIKELY(seq - s->collected > (uint64_t)s->mask + 1))
+        return fail(BL_EFULL, "stage_payload (controller '%s'): all %u slots are in flight; collect a reply first",
+                    s->key, s->mask + 1);
+    uint8_t *slot = s->tx_ring + (size_t)((seq - 1) & s->mask) * s->slot_bytes;
+    bl_frame_header *h = (bl_frame_header *)slot;
+    if (len) memcpy(slot + BL_FRAME_HEADER_BYTES, data, len);
+    h->len = len;
+    h->decoder_id = decoder_id;
+    h->status = 0;
+    s->staged = seq;
+    return BL_OK;
+}
+
+BL_API int32_t bl_post(bl_session *s) {
+    if (BL_UNLIKELY(!s || s->magic != SESSION_MAGIC || s->state != ST_STARTED || s->role != BL_CONTROLLER))
+        return round_state_error(s, "post");
+    uint64_t seq = s->posted + 1;
+    if (BL_UNLIKELY(s->staged != seq))
+        return fail(BL_ESTATE, "post (controller '%s'): nothing staged; call stage_payload before each post", s->key);
+    uint32_t slot = (uint32_t)((seq - 1) & s->mask);
+    s->post_time[slot] = bl__now();
+    bl__store_release((uint64_t *)(s->tx_ring + (size_t)slot * s->slot_bytes), seq);
+    s->posted = seq;
+    if (s->ch.doorbell) ring_doorbell(s);
+    if (s->ch.deliver) {
+        int32_t rc = s->ch.deliver(s->ch.impl, seq, slot);
+        if (BL_UNLIKELY(rc))
+            return fail(rc, "post (controller '%s'): the %s backend could not deliver round %llu: %s", s->key,
+                        s->be->name, (unsigned long long)seq, bl_last_error());
+    }
+    return BL_OK;
+}
+
+/* Wait for the reply to the oldest in-flight round; return its header. */
+static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header **out) {
+    if (BL_UNLIKELY(s->posted == s->collected))
+        return fail(BL_EEMPTY, "%s (controller '%s'): no round is in flight; post one first", call, s->key);
+    uint64_t seq = s->collected + 1;
+    uint32_t slot = (uint32_t)((seq - 1) & s->mask);
+    const bl_frame_header *h = (const bl_frame_header *)(s->rx_ring + (size_t)slot * s->slot_bytes);
+    uint64_t now = 0;
+    if (BL_UNLIKELY(bl__load_acquire(&h->seq) != seq)) {
+        uint64_t start = bl__now(), deadline = start + s->timeout_ns, next_alive = start + 1000000;
+        for (uint32_t spins = 1;; ++spins) {
+            bl_cpu_relax();
+            if (bl__load_acquire(&h->seq) == seq) break;
+            if ((spins & 255) == 0) {
+                now = bl__now();
+                if (now > deadline) {
+                    s->collected = s->posted; /* the round is lost; do not wait on it again */
+                    return fail(BL_ETIMEOUT, "%s (controller '%s'): no reply to round %llu within %llu ms; the coprocessor is silent or dead",
+                                call, s->key, (unsigned long long)seq, (unsigned long long)(s->timeout_ns / 1000000));
+                }
+                if (s->ch.peer_alive && now > next_alive) {
+                    next_alive = now + 1000000;
+                    if (bl__load_acquire(&h->seq) != seq && !s->ch.peer_alive(s->ch.impl)) {
+                        s->collected = s->posted;
+                        return fail(BL_EPEER, "%s (controller '%s'): the coprocessor died before answering round %llu",
+                                    call, s->key, (unsigned long long)seq);
+                    }
+                }
+            }
+        }
+    }
+    s->last_rtt = bl__now() - s->post_time[slot];
+    s->collected = seq;
+    if (BL_UNLIKELY(h->status != BL_OK)) {
+        if (h->status == BL_EDECODER)
+            return fail(BL_EDECODER, "%s (controller '%s'): round %llu asked for decoder_id %u, but the coprocessor has no function bound to it",
+                        call, s->key, (unsigned long long)seq, h->decoder_id);
+        if (h->status == BL_EFN)
+            return fail(BL_EFN, "%s (controller '%s'): the coprocessor function for decoder_id %u failed on round %llu (it returned %lld)",
+                        call, s->key, h->decoder_id, (unsigned long long)seq, (long long)(int64_t)h->reserved);
+        return fail(h->status, "%s (controller '%s'): the coprocessor answered round %llu with %s", call, s->key,
+                    (unsigned long long)seq, bl_status_name(h->status));
+    }
+    if (BL_UNLIKELY(h->len > s->out_bytes))
+        return fail(BL_ETOOBIG, "%s (controller '%s'): the reply to round %llu has %u bytes, more than out_bytes=%u",
+                    call, s->key, (unsigned long long)seq, h->len, s->out_bytes);
+    *out = h;
+    return BL_OK;
+}
+
+BL_API int32_t bl_collect(bl_session *s, void *out, uint32_t out_cap, uint32_t *out_len) {
+    if (BL_UNLIKELY(!s || s->magic != SESSION_MAGIC || s->state != ST_STARTED || s->role != BL_CONTROLLER))
+        return round_state_error(s, "collect");
+    const bl_frame_header *h;
+    int32_t rc = wait_reply(s, "collect", &h);
+    if (BL_UNLIKELY(rc)) return rc;
+    if (BL_UNLIKELY(h->len > out_cap))
+        return fail(BL_ETOOBIG, "collect (controller '%s'): the reply has %u bytes but the buffer holds %u", s->key, h->len, out_cap);
+    if (h->len) memcpy(out, (const uint8_t *)h + BL_FRAME_HEADER_BYTES, h->len);
+    if (out_len) *out_len = h->len;
+    return BL_OK;
+}
+
+BL_API int32_t bl_reply_slot(bl_session *s, const uint8_t **data, uint32_t *len) {
+    if (BL_UNLIKELY(!s || s->magic != SESSION_MAGIC || s->state != ST_STARTED || s->role != BL_CONTROLLER))
+        return round_state_error(s, "reply_slot");
+    const bl_frame_header *h;
+    int32_t rc = wait_reply(s, "reply_slot", &h);
+    if (BL_UNLIKELY(rc)) return rc;
+    if (data) *data = (const uint8_t *)h + BL_FRAME_HEADER_BYTES;
+    if (len) *len = h->len;
+    return BL_OK;
+}
+
+BL_API int32_t bl_round(bl_session *s, const void *in, uint32_t in_len, uint32_t decoder_id, void *out,
+                        uint32_t out_cap, uint32_t *out_len) {
+    int32_t rc = bl_stage_payload(s, in, in_len, decoder_id);
+    if (BL_LIKELY(rc == BL_OK)) rc = bl_post(s);
+    if (BL_LIKELY(rc == BL_OK)) rc = bl_collect(s, out, out_cap, out_len);
+    return rc;
+}
+
+BL_API uint64_t bl_last_rtt_ns(bl_session *s) {
+    return (s && s->magic == SESSION_MAGIC) ? s->last_rtt : 0;
+}
+
+/* ---- coprocessor serving ------------------------------------------------------------------ */
+
+static inline void answer(bl_session *s, uint64_t seq) {
+    uint32_t slot = (uint32_t)((seq - 1) & s->mask);
+    const uint8_t *req = s->rx_ring + (size_t)slot * s->slot_bytes;
+    uint8_t *rep = s->tx_ring + (size_t)slot * s->slot_bytes;
+    const bl_frame_header *q = (const bl_frame_header *)req;
+    bl_frame_header *r = (bl_frame_header *)rep;
+    uint32_t did = q->decoder_id, len = q->len, out_len = 0;
+    int32_t status = BL_OK;
+    int64_t fn_rc = 0;
+    if (BL_UNLIKELY(len > s->max_payload)) {
+        status = BL_ETOOBIG;
+    } else if (BL_UNLIKELY(did >= BL_MAX_DECODERS || !s->fns[did].fn)) {
+        status = BL_EDECODER;
+    } else {
+        fn_rc = s->fns[did].fn(s->fns[did].ctx, did, req + BL_FRAME_HEADER_BYTES, len,
+                               rep + BL_FRAME_HEADER_BYTES, s->max_payload, &out_len);
+        if (BL_UNLIKELY(fn_rc != 0 || out_len > s->max_payload)) {
+            status = BL_EFN;
+            if (fn_rc == 0) fn_rc = -1; /* wrote more than out_cap */
+            out_len = 0;
+        }
+    }
+    r->len = out_len;
+    r->decoder_id = did;
+    r->status = status;
+    r->reserved = (uint64_t)fn_rc;
+    bl__store_release(&r->seq, seq);
+    s->served = seq;
+    if (s->ch.deliver) s->ch.deliver(s->ch.impl, seq, slot);
+}
+
+static inline int ready(bl_session *s, uint64_t seq) {
+    const uint8_t *req = s->rx_ring + (size_t)((seq - 1) & s->mask) * s->slot_bytes;
+    return bl__load_acquire((const uint64_t *)req) == seq;
+}
+
+BL_API int32_t bl_serve_pending(bl_session *s) {
+    if (BL_UNLIKELY(!s || s->magic != SESSION_MAGIC || s->role != BL_COPROCESSOR || s->state != ST_STARTED)) {
+        int32_t rc = check_session(s, "serve");
+        if (rc) return rc;
+        if (s->role != BL_COPROCESSOR) return fail(BL_ESTATE, "serve is a coprocessor call; '%s' is a controller session", s->key);
+        return expect_state(s, "serve", ST_STARTED);
+    }
+    int32_t n = 0;
+    while (ready(s, s->served + 1)) {
+        answer(s, s->served + 1);
+        ++n;
+    }
+    return n;
+}
+
+static void doorbell_sleep(bl_session *s) {
+    uint32_t *db = s->ch.doorbell;
+    uint32_t ticket = __atomic_load_n(&db[1], __ATOMIC_SEQ_CST);
+    __atomic_store_n(&db[0], 1, __ATOMIC_SEQ_CST);
+    if (!ready(s, s->served + 1) && !s->stop_flag) {
+        /* Timed, so a stop or a dead controller is noticed even without a wake. */
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        syscall(SYS_futex, &db[1], s->ch.doorbell_shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE, ticket, &ts, NULL, 0);
+    }
+    __atomic_store_n(&db[0], 0, __ATOMIC_SEQ_CST);
+}
+
+BL_API int32_t bl_serve(bl_session *s) {
+    int32_t rc = bl_serve_pending(s);
+    if (rc < 0) return rc;
+    uint64_t idle_since = bl__now();
+    for (uint32_t spins = 0; !s->stop_flag;) {
+        if (ready(s, s->served + 1)) {
+            do answer(s, s->served + 1);
+            while (ready(s, s->served + 1));
+            spins = 0;
+            idle_since = 0;
+            continue;
+        }
+        bl_cpu_relax();
+        if ((++spins & 1023) == 0) {
+            uint64_t now = bl__now();
+            if (!idle_since) idle_since = now;
+            if (s->ch.doorbell && s->idle_spin_ns >= 0 && now - idle_since > (uint64_t)s->idle_spin_ns) {
+                doorbell_sleep(s);
+                spins = 0;
+            }
+        }
+    }
+    return BL_OK;
+}
+
+/* ---- teardown ---------------------------------------------------------------------------------- */
+
+BL_API int32_t bl_stop(bl_session *s) {
+    pthread_mutex_lock(&registry_lock);
+    int live = s && registry_contains(s);
+    pthread_mutex_unlock(&registry_lock);
+    if (!live) return BL_OK; /* already destroyed: stop is idempotent */
+    if (s->state == ST_STOPPED) return BL_OK;
+    s->stop_flag = 1;
+    if (s->ch.doorbell && s->role == BL_COPROCESSOR) {
+        __atomic_fetch_add(&s->ch.doorbell[1], 1, __ATOMIC_SEQ_CST);
+        syscall(SYS_futex, &s->ch.doorbell[1], s->ch.doorbell_shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+    }
+    char err[ERR_MAX / 2] = "";
+    int32_t rc = s->be->stop(s->impl, err, sizeof err);
+    s->state = ST_STOPPED;
+    if (rc) return backend_fail(s, "stop", rc, err);
+    return BL_OK;
+}
+
+BL_API int32_t bl_destroy(bl_session *s) {
+    pthread_mutex_lock(&registry_lock);
+    int live = s && registry_contains(s);
+    pthread_mutex_unlock(&registry_lock);
+    if (!live) return BL_OK; /* destroy is idempotent */
+    int32_t rc = bl_stop(s);
+    pthread_mutex_lock(&registry_lock);
+    registry_remove(s);
+    pthread_mutex_unlock(&registry_lock);
+    s->be->close(s->impl);
+    s->magic = 0;
+    free(s->post_time);
+    free(s->fns);
+    free(s->config);
+    dlclose(s->dl);
+    free(s);
+    return rc;
+}
+
+BL_API int32_t bl_session_geometry(bl_session *s, uint32_t *slots, uint32_t *slot_bytes, uint32_t *in_bytes,
+                                   uint32_t *out_bytes) {
+    int32_t rc = check_session(s, "session_geometry");
+    if (rc) return rc;
+    if (slots) *slots = s->state >= ST_CHANNEL ? s->mask + 1 : s->cfg_slots;
+    if (slot_bytes) *slot_bytes = s->state >= ST_CHANNEL ? s->slot_bytes : s->cfg_slot_bytes;
+    if (in_bytes) *in_bytes = s->in_bytes;
+    if (out_bytes) *out_bytes = s->out_bytes;
+    return BL_OK;
+}
+
+int bl__pin_current_thread(int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}

@@ -1,0 +1,440 @@
+"""The placement model: which nodes a QEC workload runs on and how they are joined.
+
+A :class:`Placement` has one :class:`Controller`, any number of :class:`Coprocessor`
+nodes and the name of the transport plugin between them. Every object is a frozen,
+hashable value validated when it is built, so an invalid placement fails here, with a
+message that says what to change, rather than later in the compiler or the runtime.
+
+The model is pure Python; :mod:`backline_core.serialization` gives it two stable text
+forms (the MLIR-style attribute the compiler carries, and JSON).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from . import config, plugins
+from .coprocessor_function import CoprocessorFunction
+from .errors import PlacementError
+from .hookspecs import HARDWARE
+
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: Also the syntax of a bare key in the attribute form, so a valid qec_code never needs quoting.
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_LABEL_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
+
+#: executor_options key -> what it means (also shown in the error for an unknown key).
+EXECUTOR_OPTIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "address": "host:port of the machine's executor agent ([v6addr]:port for IPv6)",
+        "host": "host name or IP address of the machine",
+        "port": "port of the machine's executor agent",
+        "user": "login user",
+        "ssh_port": "ssh port",
+        "identity_file": "path of the ssh private key",
+        "python": "python interpreter to run on the machine",
+        "token_file": "path of a file holding the executor's access token",
+    }
+)
+_PORT_OPTIONS = ("port", "ssh_port")
+
+
+def _check_port(port: Any, what: str) -> None:
+    # bool is an int subclass; True as a port is always a mistake.
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise PlacementError(f"{what} {port!r} is not a port: pass an int from 1 to 65535")
+
+
+def _check_host(host: Any, what: str) -> None:
+    if not isinstance(host, str) or not host:
+        raise PlacementError(f"{what} {host!r} is not a host: pass a host name or an IP address as a non-empty str")
+    if host.startswith("[") and host.endswith("]"):
+        raise PlacementError(f"{what} {host!r}: write an IPv6 address without brackets, e.g. '::1'")
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    problem = None
+    labels = host.split(".")
+    if len(host) > 253:
+        problem = f"it is {len(host)} characters long (at most 253)"
+    for label in labels:
+        if problem:
+            break
+        if not 1 <= len(label) <= 63:
+            problem = f"label {label!r} must be 1 to 63 characters"
+        elif not set(label) <= _LABEL_CHARS:
+            problem = f"label {label!r} may only hold letters, digits and '-'"
+        elif label[0] == "-" or label[-1] == "-":
+            problem = f"label {label!r} must not start or end with '-'"
+    # An all-digit last label is a mistyped IPv4 address (e.g. 10.0.0.256), not a name.
+    if problem is None and labels[-1].isdigit():
+        problem = "it looks like an IPv4 address but is not a valid one"
+    if problem:
+        raise PlacementError(
+            f"{what} {host!r} is neither an IP address nor an RFC 1123 host name: {problem}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoint:
+    """A network address a coprocessor listens on.
+
+    >>> str(Endpoint(host="::1", port=9000))
+    '[::1]:9000'
+    """
+
+    host: str
+    port: int
+
+    def __post_init__(self) -> None:
+        _check_host(self.host, "Endpoint host")
+        _check_port(self.port, "Endpoint port")
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @classmethod
+    def parse(cls, text: str) -> Endpoint:
+        """Parse ``host:port`` or ``[v6addr]:port`` (the inverse of ``str()``)."""
+        if not isinstance(text, str):
+            raise PlacementError(f"address {text!r} is not a str: write it as 'host:port'")
+        if text.startswith("["):
+            close = text.find("]")
+            host, rest = text[1:close], text[close + 1 :]
+            if close < 0 or not rest.startswith(":") or ":" not in host:
+                raise PlacementError(f"address {text!r} is not '[v6addr]:port'")
+            port_text = rest[1:]
+        else:
+            host, sep, port_text = text.rpartition(":")
+            if not sep:
+                raise PlacementError(f"address {text!r} has no port: write it as 'host:port'")
+            if ":" in host:
+                raise PlacementError(f"address {text!r}: put an IPv6 address in brackets, '[{host}]:{port_text}'")
+        if not (port_text.isascii() and port_text.isdigit()):
+            raise PlacementError(f"address {text!r}: port {port_text!r} is not a number from 1 to 65535")
+        return cls(host=host, port=int(port_text))
+
+
+def _check_executor_options(options: Mapping[str, Any], who: str) -> None:
+    unknown = sorted(str(k) for k in options if k not in EXECUTOR_OPTIONS)
+    if unknown:
+        known = "; ".join(f"{k} ({d})" for k, d in EXECUTOR_OPTIONS.items())
+        raise PlacementError(f"{who}: unknown executor_options {unknown}; allowed: {known}")
+    if "address" in options and ("host" in options or "port" in options):
+        raise PlacementError(
+            f"{who}: executor_options gives both 'address' and 'host'/'port'; give either address='host:port' "
+            "or host= (and port=), not both"
+        )
+    for key, value in options.items():
+        what = f"{who}: executor_options[{key!r}]"
+        if key == "address":
+            try:
+                Endpoint.parse(value)
+            except PlacementError as exc:
+                raise PlacementError(f"{what}: {exc}") from None
+        elif key == "host":
+            _check_host(value, what)
+        elif key in _PORT_OPTIONS:
+            _check_port(value, what)
+        elif not isinstance(value, str) or not value:
+            raise PlacementError(f"{what} must be a non-empty str, not {value!r}")
+
+
+def _check_init_args(args: Mapping[str, Any], who: str) -> None:
+    for key, value in args.items():
+        if not isinstance(key, str) or not key:
+            raise PlacementError(f"{who}: init_args key {key!r} must be a non-empty str")
+        if not isinstance(value, (str, int, float, bool)):
+            raise PlacementError(
+                f"{who}: init_args[{key!r}] = {value!r} has type {type(value).__name__}; "
+                "values must be str, int, float or bool"
+            )
+        # nan never equals itself and inf has no portable text form: both would break round trips.
+        if isinstance(value, float) and not math.isfinite(value):
+            raise PlacementError(f"{who}: init_args[{key!r}] = {value!r}; floats must be finite")
+    try:
+        config.format_config(args)
+    except ValueError as exc:
+        raise PlacementError(f"{who}: {exc}") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Node:
+    """Fields every node has. Build a :class:`Controller` or a :class:`Coprocessor`.
+
+    ``name`` is the session key (empty: the placement assigns a default);
+    ``remote``/``executor_options`` say whether and how the node runs out of process;
+    ``init_args`` configure its transport session (see :mod:`backline_core.config`).
+    Mappings are stored read-only, and left out of the hash (equality still compares them).
+    """
+
+    name: str = ""
+    hardware: str = "cpu"
+    remote: bool = False
+    executor_options: Mapping[str, str | int] = field(default_factory=dict, hash=False)
+    init_args: Mapping[str, config.ConfigValue] = field(default_factory=dict, hash=False)
+    endpoint: Endpoint | None = None
+
+    _ROLE = ""  # no annotation: a class constant, not a field
+
+    def __post_init__(self) -> None:
+        if not self._ROLE:
+            raise PlacementError("Node is an abstract base: build a Controller(...) or a Coprocessor(...)")
+        if not isinstance(self.name, str) or (self.name and not _NODE_NAME.fullmatch(self.name)):
+            raise PlacementError(
+                f"{self._ROLE} name {self.name!r} is invalid: use 1-64 characters of letters, digits, '_', '.', '-' "
+                "starting with a letter or digit (or leave it empty for a default name)"
+            )
+        who = f"{self._ROLE} {self.name!r}" if self.name else f"the {self._ROLE}"
+        if self.hardware not in HARDWARE:
+            raise PlacementError(f"{who}: hardware {self.hardware!r} is unknown; use one of {', '.join(HARDWARE)}")
+        if not isinstance(self.remote, bool):
+            raise PlacementError(f"{who}: remote={self.remote!r} must be True or False")
+        for attr in ("executor_options", "init_args"):
+            value = getattr(self, attr)
+            if not isinstance(value, Mapping):
+                raise PlacementError(f"{who}: {attr} must be a mapping (dict), not {type(value).__name__}")
+            object.__setattr__(self, attr, MappingProxyType(dict(value)))
+        _check_executor_options(self.executor_options, who)
+        _check_init_args(self.init_args, who)
+        if self.endpoint is not None and not isinstance(self.endpoint, Endpoint):
+            raise PlacementError(f"{who}: endpoint must be an Endpoint(host=..., port=...), not {self.endpoint!r}")
+        if self.remote and not ("address" in self.executor_options or "host" in self.executor_options):
+            raise PlacementError(
+                f"{who}: remote=True but nothing says how to reach the machine: set "
+                "executor_options={'address': 'host:port'} or {'host': ...}"
+            )
+
+    @property
+    def role(self) -> str:
+        """``"controller"`` or ``"coprocessor"``."""
+        return self._ROLE
+
+    @property
+    def dispatched(self) -> bool:
+        """Whether an executor runs this node out of process."""
+        return bool(self.remote or self.executor_options)
+
+    def config_string(self) -> str:
+        """The node's init_args as the configuration string the native runtime reads."""
+        return config.format_config(self.init_args)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # mappingproxy cannot be pickled or deep-copied; rebuild from plain dicts instead.
+        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        kwargs["executor_options"], kwargs["init_args"] = dict(self.executor_options), dict(self.init_args)
+        return (_rebuild, (type(self), kwargs))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Controller(Node):
+    """The node that runs the quantum program and posts syndromes to coprocessors."""
+
+    _ROLE = "controller"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Coprocessor(Node):
+    """A node that answers the controller's messages with ``coprocessor_fn``.
+
+    ``coprocessor_fn`` is a decoder plugin name, a :class:`CoprocessorFunction`, or a
+    Python callable ``fn(decoder_id, payload) -> bytes`` (wrapped into a CoprocessorFunction).
+    """
+
+    coprocessor_fn: str | CoprocessorFunction | Callable[..., Any]
+
+    _ROLE = "coprocessor"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        fn = self.coprocessor_fn
+        if isinstance(fn, str):
+            if not fn:
+                raise PlacementError(
+                    "coprocessor_fn is an empty str: name a decoder plugin, or pass a CoprocessorFunction or a callable"
+                )
+        elif not isinstance(fn, CoprocessorFunction):
+            if not callable(fn):
+                raise PlacementError(
+                    f"coprocessor_fn={fn!r} is neither a decoder plugin name (str), a CoprocessorFunction, "
+                    "nor a callable fn(decoder_id, payload) -> bytes"
+                )
+            name = getattr(fn, "__name__", None) or type(fn).__name__
+            object.__setattr__(self, "coprocessor_fn", CoprocessorFunction(name=name, python=fn))
+
+
+def _rebuild(cls: type, kwargs: dict[str, Any]) -> Any:
+    return cls(**kwargs)
+
+
+def _short(obj: Any) -> str:
+    text = repr(obj)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """A controller, its coprocessors and the transport joining them.
+
+    Nodes left unnamed get default names ("controller", "coprocessor0", ...); the
+    stored nodes carry their final names. (The example needs the memcpy transport plugin.)
+
+    >>> from backline_core.placement import Controller, Coprocessor, Placement
+    >>> def echo(decoder_id, payload):
+    ...     return payload
+    >>> p = Placement(controller=Controller(), coprocessors=[Coprocessor(coprocessor_fn=echo)])
+    >>> [node.name for node in p.nodes], p.transport
+    (['controller', 'coprocessor0'], 'memcpy')
+    """
+
+    controller: Controller
+    coprocessors: Sequence[Coprocessor] = ()
+    transport: str = "memcpy"
+    qec_code: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.controller, Controller):
+            raise PlacementError(
+                f"controller must be a Controller(...), got {type(self.controller).__name__}: {_short(self.controller)}"
+            )
+        if isinstance(self.coprocessors, (Coprocessor, str, bytes)) or not isinstance(self.coprocessors, Sequence):
+            raise PlacementError(
+                f"coprocessors must be a list of Coprocessor nodes, got {type(self.coprocessors).__name__}: "
+                f"{_short(self.coprocessors)} (wrap a single node in a list)"
+            )
+        coprocessors = tuple(self.coprocessors)
+        for i, node in enumerate(coprocessors):
+            if not isinstance(node, Coprocessor):
+                raise PlacementError(
+                    f"coprocessors[{i}] must be a Coprocessor(...), got {type(node).__name__}: {_short(node)}"
+                )
+        object.__setattr__(self, "coprocessors", coprocessors)
+        nodes = (self.controller, *coprocessors)
+        # Labels for messages; the same defaults are applied to the nodes below.
+        labels = [n.name or default for n, default in zip(nodes, _default_names(len(coprocessors)))]
+
+        if not isinstance(self.transport, str) or not self.transport:
+            raise PlacementError(f"transport must be the name of a transport plugin (a str), not {self.transport!r}")
+        record = plugins.get("transport", self.transport)  # UnknownPluginError lists what is installed
+        object.__setattr__(self, "_transport_record", record)
+
+        served = ", ".join(f"{h}/{r}" for h, r in record.serves) or "nothing"
+        for node, label in zip(nodes, labels):
+            if (node.hardware, node.role) not in record.serves:
+                raise PlacementError(
+                    f"transport {record.name!r} does not serve {node.hardware}/{node.role} (node {label!r}); "
+                    f"it serves {served}: change the node's hardware or choose a transport that serves it"
+                )
+        if record.needs_endpoint:
+            for node, label in zip(coprocessors, labels[1:]):
+                if node.endpoint is None:
+                    raise PlacementError(
+                        f"transport {record.name!r} needs a network endpoint on each coprocessor: pass "
+                        f"endpoint=Endpoint(host=..., port=...) (coprocessor {label!r} has none)"
+                    )
+        known = {**config.CORE_KEYS, **record.init_args}
+        for node, label in zip(nodes, labels):
+            unknown = sorted(k for k in node.init_args if k not in known)
+            if unknown:
+                listed = "; ".join(f"{k} ({d})" for k, d in sorted(known.items()))
+                raise PlacementError(
+                    f"node {label!r} has init_args {unknown} that transport {record.name!r} does not accept; "
+                    f"known keys: {listed}"
+                )
+        for node in coprocessors:
+            if isinstance(node.coprocessor_fn, str):
+                plugins.get("decoder", node.coprocessor_fn)  # UnknownPluginError lists installed decoders
+
+        named = tuple(n if n.name == label else dataclasses.replace(n, name=label) for n, label in zip(nodes, labels))
+        seen: set[str] = set()
+        for label in labels:
+            if label in seen:
+                raise PlacementError(
+                    f"node name {label!r} is used twice; node names are session keys and must be unique "
+                    "(rename one of them, or leave names empty for defaults)"
+                )
+            seen.add(label)
+        object.__setattr__(self, "controller", named[0])
+        object.__setattr__(self, "coprocessors", named[1:])
+
+        if self.qec_code is not None and not (isinstance(self.qec_code, str) and IDENTIFIER.fullmatch(self.qec_code)):
+            raise PlacementError(
+                f"qec_code {self.qec_code!r} must be None or a non-empty identifier "
+                "(letters, digits, '_', '.', '-', not starting with a digit, '.' or '-'), e.g. 'steane'"
+            )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuild through the constructor: the plugin record may hold unpicklable callables.
+        return (_rebuild, (type(self), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}))
+
+    @property
+    def transport_record(self) -> Any:
+        """The :class:`~backline_core.hookspecs.Transport` record of ``transport``."""
+        return self.__dict__["_transport_record"]
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        """The controller followed by the coprocessors."""
+        return (self.controller, *self.coprocessors)
+
+    def coprocessor(self, name: str) -> Coprocessor:
+        """The coprocessor called ``name``."""
+        for node in self.coprocessors:
+            if node.name == name:
+                return node
+        names = ", ".join(repr(n.name) for n in self.coprocessors) or "none"
+        raise PlacementError(f"no coprocessor named {name!r} in this placement; coprocessors: {names}")
+
+    # -- serialized forms (see backline_core.serialization) --------------------------------
+
+    def to_attribute(self) -> str:
+        """The canonical ``#transport.backline<...>`` attribute text."""
+        from . import serialization  # lazy: serialization imports this module
+
+        return serialization.placement_to_attribute(self)
+
+    @classmethod
+    def from_attribute(cls, text: str) -> Placement:
+        """Parse the text :meth:`to_attribute` produces."""
+        from . import serialization
+
+        return serialization.placement_from_attribute(text)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with ``"format": "backline.placement/1"``."""
+        from . import serialization
+
+        return serialization.placement_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Placement:
+        """Inverse of :meth:`to_dict`."""
+        from . import serialization
+
+        return serialization.placement_from_dict(data)
+
+    def to_json(self) -> str:
+        """Canonical JSON text (sorted keys, compact)."""
+        from . import serialization
+
+        return serialization.placement_to_json(self)
+
+    @classmethod
+    def from_json(cls, text: str) -> Placement:
+        """Inverse of :meth:`to_json`."""
+        from . import serialization
+
+        return serialization.placement_from_json(text)
+
+
+def _default_names(n_coprocessors: int) -> list[str]:
+    return ["controller", *(f"coprocessor{i}" for i in range(n_coprocessors))]

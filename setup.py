@@ -1,0 +1,45 @@
+"""Builds the native runtime (a plain shared library) and its cffi binding.
+
+Metadata lives in pyproject.toml; setup.py exists because cffi modules and plain
+shared libraries need a build step that pyproject cannot declare.
+"""
+
+import importlib.util
+import os
+
+from setuptools import Extension, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load(name: str):
+    """Import a build-time module by path: backline_core's dependencies are not installed yet."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, "backline_core", name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+build = load("build")
+runtime = build.plain_library(
+    "backline_core.lib.libbackline",
+    sources=["backline_core/native/src/runtime.c", "backline_core/native/src/functions.c",
+             "backline_core/native/src/bench.c"],
+    include_dirs=["backline_core/native/include"],
+    libraries=["dl", "pthread"],
+)
+
+
+class BuildNative(build.BuildPlainLibraries):
+    def build_extension(self, ext: Extension) -> None:
+        if ext.name == "backline_core._native":
+            # Link the binding against the runtime built just before it.
+            ext.library_dirs = [os.path.dirname(self.get_ext_fullpath(runtime.name))]
+        super().build_extension(ext)
+
+
+def native_binding() -> Extension:
+    return load("_cffi_build").ffibuilder.distutils_extension(tmpdir="build")
+
+
+setup(ext_modules=[runtime, native_binding()], cmdclass={"build_ext": BuildNative})

@@ -1,0 +1,581 @@
+"""The placement model: validation, defaults, immutability, equality and hashing.
+
+Runs with only the core installed: the transports and decoder it needs are registered
+in process by the ``test_plugins`` fixture instead of coming from entry points.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+
+import pytest
+
+import backline_core.plugins as plugins
+from backline_core.coprocessor_function import CoprocessorFunction
+from backline_core.errors import PlacementError, UnknownPluginError
+from backline_core.hookspecs import Decoder, Transport, hookimpl
+from backline_core.placement import Controller, Coprocessor, Endpoint, Node, Placement
+
+
+class _TestPlugin:
+    @hookimpl
+    def backline_transports(self):
+        return [
+            Transport(
+                name="shm",
+                summary="test shared memory",
+                serves=(("cpu", "controller"), ("cpu", "coprocessor"), ("gpu", "coprocessor")),
+                library=lambda h, r: "/nonexistent.so",
+                init_args={"locality": "thread or process", "cpu": "core to pin to"},
+            ),
+            Transport(
+                name="net",
+                summary="test network",
+                serves=(("cpu", "controller"), ("fpga", "controller"), ("cpu", "coprocessor"), ("gpu", "coprocessor")),
+                library=lambda h, r: "/nonexistent.so",
+                needs_endpoint=True,
+            ),
+        ]
+
+    @hookimpl
+    def backline_decoders(self):
+        return [
+            Decoder(
+                name="lookup",
+                summary="t",
+                build=lambda **kw: CoprocessorFunction(name="lookup", library="/x.so", symbol="fn"),
+            )
+        ]
+
+
+@pytest.fixture(autouse=True)
+def registered_plugins():
+    plugin = _TestPlugin()
+    plugins.register(plugin)
+    yield plugin
+    plugins.unregister(plugin)
+
+
+def echo(decoder_id: int, payload: bytes) -> bytes:
+    return payload
+
+
+def shm(*coprocessors: Coprocessor, **kwargs) -> Placement:
+    return Placement(controller=kwargs.pop("controller", Controller()), coprocessors=coprocessors, transport="shm", **kwargs)
+
+
+def ep(port: int = 9000) -> Endpoint:
+    return Endpoint(host="10.0.0.5", port=port)
+
+
+# -- Endpoint ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "host, text",
+    [
+        ("localhost", "localhost:9000"),
+        ("decoder-1.lab.example.org", "decoder-1.lab.example.org:9000"),
+        ("10.0.0.1", "10.0.0.1:9000"),
+        ("::1", "[::1]:9000"),
+        ("fe80::1%eth0", "[fe80::1%eth0]:9000"),
+        ("a" * 63 + ".example", "a" * 63 + ".example:9000"),
+    ],
+)
+def test_endpoint_accepts_ip_literals_and_host_names(host, text):
+    endpoint = Endpoint(host=host, port=9000)
+    assert str(endpoint) == text
+    assert Endpoint.parse(text) == endpoint
+
+
+@pytest.mark.parametrize(
+    "host, words",
+    [
+        ("", "non-empty"),
+        (5, "not a host"),
+        ("-bad.example", "start or end with '-'"),
+        ("bad-.example", "start or end with '-'"),
+        ("a..b", "1 to 63"),
+        ("a" * 64 + ".example", "1 to 63"),
+        (".".join(["a" * 60] * 5), "at most 253"),
+        ("under_score.example", "letters, digits and '-'"),
+        ("10.0.0.256", "looks like an IPv4"),
+        ("[::1]", "without brackets"),
+    ],
+)
+def test_endpoint_rejects_bad_hosts(host, words):
+    with pytest.raises(PlacementError, match="host") as info:
+        Endpoint(host=host, port=1)
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize("port", [0, 65536, -1, True, "80", 80.0, None])
+def test_endpoint_rejects_bad_ports(port):
+    with pytest.raises(PlacementError, match="1 to 65535"):
+        Endpoint(host="h", port=port)
+
+
+def test_endpoint_port_bounds_are_inclusive():
+    assert Endpoint(host="h", port=1).port == 1
+    assert Endpoint(host="h", port=65535).port == 65535
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("hostonly", "no port"),
+        ("::1:80", "brackets"),
+        ("h:x", "not a number"),
+        ("h:", "not a number"),
+        ("[::1]80", "[v6addr]:port"),
+        ("[::1:80", "[v6addr]:port"),
+        ("[host]:80", "[v6addr]:port"),
+        ("h:0", "1 to 65535"),
+    ],
+)
+def test_endpoint_parse_rejects_malformed_addresses(text, words):
+    with pytest.raises(PlacementError) as info:
+        Endpoint.parse(text)
+    assert words in str(info.value)
+
+
+def test_endpoint_is_frozen_and_hashable():
+    endpoint = ep()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        endpoint.port = 1
+    assert {ep(), ep()} == {endpoint}
+    assert ep(1) != ep(2)
+
+
+def test_endpoint_fields_are_keyword_only():
+    with pytest.raises(TypeError):
+        Endpoint("h", 1)
+
+
+# -- Node ----------------------------------------------------------------------------------
+
+
+def test_node_defaults():
+    node = Controller()
+    assert (node.name, node.hardware, node.remote, node.endpoint) == ("", "cpu", False, None)
+    assert node.executor_options == {} and node.init_args == {}
+    assert node.role == "controller" and not node.dispatched
+    assert node.config_string() == ""
+
+
+def test_node_base_cannot_be_built():
+    with pytest.raises(PlacementError, match="Controller"):
+        Node()
+
+
+@pytest.mark.parametrize("name", ["-x", ".x", "_x", "a b", "x" * 65, "dé", "a/b", 3])
+def test_node_rejects_bad_names(name):
+    with pytest.raises(PlacementError, match="name"):
+        Controller(name=name)
+
+
+@pytest.mark.parametrize("name", ["a", "A9", "9a", "dec_0.gpu-1", "x" * 64])
+def test_node_accepts_good_names(name):
+    assert Controller(name=name).name == name
+
+
+def test_node_rejects_unknown_hardware_listing_allowed():
+    with pytest.raises(PlacementError) as info:
+        Controller(hardware="tpu")
+    assert "'tpu'" in str(info.value)
+    for hardware in ("cpu", "gpu", "fpga"):
+        assert hardware in str(info.value)
+
+
+def test_node_remote_must_be_bool():
+    with pytest.raises(PlacementError, match="True or False"):
+        Controller(remote=1, executor_options={"host": "h"})
+
+
+def test_remote_needs_a_way_to_reach_the_machine():
+    with pytest.raises(PlacementError) as info:
+        Controller(remote=True)
+    message = str(info.value)
+    assert "nothing says how to reach the machine" in message
+    assert "address" in message and "host" in message
+    with pytest.raises(PlacementError, match="how to reach"):
+        Controller(remote=True, executor_options={"user": "qec"})
+    assert Controller(remote=True, executor_options={"address": "h:22"}).dispatched
+    assert Controller(remote=True, executor_options={"host": "h"}).dispatched
+
+
+def test_executor_options_alone_make_a_node_dispatched():
+    assert Controller(executor_options={"python": "/usr/bin/python3"}).dispatched
+
+
+def test_executor_options_accept_every_allowed_key():
+    options = {"host": "h", "port": 7000, "user": "u", "ssh_port": 22, "identity_file": "/k",
+               "python": "py", "token_file": "/t"}
+    assert dict(Controller(executor_options=options).executor_options) == options
+
+
+def test_executor_options_reject_unknown_keys_listing_allowed():
+    with pytest.raises(PlacementError) as info:
+        Controller(executor_options={"adress": "h:1"})
+    message = str(info.value)
+    assert "adress" in message
+    for key in ("address", "host", "port", "user", "ssh_port", "identity_file", "python", "token_file"):
+        assert key in message
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"address": "nohost"}, "no port"),
+        ({"address": "h:0"}, "1 to 65535"),
+        ({"address": "bad_host:22"}, "host"),
+        ({"address": "::1:22"}, "brackets"),
+        ({"address": 22}, "not a str"),
+        ({"host": "-h"}, "host"),
+        ({"port": "22"}, "1 to 65535"),
+        ({"ssh_port": 70000}, "1 to 65535"),
+        ({"user": ""}, "non-empty str"),
+        ({"identity_file": 3}, "non-empty str"),
+        ({"address": "h:1", "host": "h"}, "not both"),
+        ({"address": "h:1", "port": 1}, "not both"),
+    ],
+)
+def test_executor_options_reject_bad_values(options, words):
+    with pytest.raises(PlacementError, match="executor_options") as info:
+        Controller(executor_options=options)
+    assert words in str(info.value)
+
+
+def test_executor_options_accept_ipv6_address():
+    assert Controller(executor_options={"address": "[::1]:22"}).executor_options["address"] == "[::1]:22"
+
+
+@pytest.mark.parametrize(
+    "init_args, words",
+    [
+        ({"locality": None}, "str, int, float or bool"),
+        ({"locality": [1]}, "str, int, float or bool"),
+        ({"slots": float("nan")}, "finite"),
+        ({"slots": float("inf")}, "finite"),
+        ({"": 1}, "non-empty str"),
+        ({3: 1}, "non-empty str"),
+        ({"locality": "a;b"}, "';'"),
+        ({"locality": "a=b"}, "'='"),
+        ({"locality": ""}, "non-empty"),
+    ],
+)
+def test_init_args_reject_bad_values(init_args, words):
+    with pytest.raises(PlacementError, match="init_args") as info:
+        Controller(init_args=init_args)
+    assert words in str(info.value)
+
+
+def test_mappings_must_be_mappings():
+    with pytest.raises(PlacementError, match="mapping"):
+        Controller(init_args=[("slots", 1)])
+
+
+def test_config_string_is_sorted_and_renders_bools():
+    node = Controller(init_args={"slots": 64, "locality": "thread", "cpu": True, "timeout_ms": 2.5})
+    assert node.config_string() == "cpu=1;locality=thread;slots=64;timeout_ms=2.5"
+
+
+def test_node_mappings_are_read_only_copies():
+    source = {"slots": 64}
+    node = Controller(init_args=source, executor_options={"host": "h"})
+    source["slots"] = 1
+    assert node.init_args["slots"] == 64
+    with pytest.raises(TypeError):
+        node.init_args["slots"] = 2
+    with pytest.raises(TypeError):
+        node.executor_options["host"] = "x"
+
+
+def test_node_is_frozen():
+    node = Controller()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        node.name = "x"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        node.init_args = {}
+
+
+def test_node_equality_compares_contents_and_hash_agrees():
+    a = Controller(name="c", init_args={"slots": 64, "locality": "thread"})
+    b = Controller(name="c", init_args={"locality": "thread", "slots": 64})
+    assert a == b and hash(a) == hash(b)
+    assert len({a, b}) == 1
+    assert a != Controller(name="c", init_args={"slots": 32, "locality": "thread"})
+    assert a != Controller(name="c")
+    assert Controller() != Coprocessor(coprocessor_fn="lookup")
+
+
+def test_node_fields_are_keyword_only():
+    with pytest.raises(TypeError):
+        Controller("name")
+
+
+def test_node_survives_copy_and_pickle():
+    node = Coprocessor(name="d", init_args={"slots": 8}, executor_options={"host": "h"}, endpoint=ep(),
+                       coprocessor_fn=echo)
+    assert copy.deepcopy(node) == node
+    assert pickle.loads(pickle.dumps(node)) == node
+
+
+# -- Coprocessor ---------------------------------------------------------------------------
+
+
+def test_coprocessor_wraps_a_callable():
+    node = Coprocessor(coprocessor_fn=echo)
+    assert node.role == "coprocessor"
+    assert node.coprocessor_fn == CoprocessorFunction(name="echo", python=echo)
+    assert node.coprocessor_fn.python is echo
+
+
+def test_coprocessor_keeps_names_and_functions():
+    fn = CoprocessorFunction(name="native", library="/x.so", symbol="fn")
+    assert Coprocessor(coprocessor_fn=fn).coprocessor_fn is fn
+    assert Coprocessor(coprocessor_fn="lookup").coprocessor_fn == "lookup"
+
+
+def test_coprocessor_needs_a_function():
+    with pytest.raises(TypeError, match="coprocessor_fn"):
+        Coprocessor()
+
+
+@pytest.mark.parametrize("fn, words", [("", "empty str"), (3, "neither"), (None, "neither"), (b"x", "neither")])
+def test_coprocessor_rejects_bad_functions(fn, words):
+    with pytest.raises(PlacementError, match="coprocessor_fn") as info:
+        Coprocessor(coprocessor_fn=fn)
+    assert words in str(info.value)
+
+
+def test_coprocessor_validates_common_fields_too():
+    with pytest.raises(PlacementError, match="hardware"):
+        Coprocessor(hardware="tpu", coprocessor_fn=echo)
+
+
+# -- Placement -----------------------------------------------------------------------------
+
+
+def test_placement_defaults():
+    fields = {f.name: f for f in dataclasses.fields(Placement)}
+    assert fields["transport"].default == "memcpy"
+    assert fields["coprocessors"].default == ()
+    assert fields["qec_code"].default is None
+    p = shm()
+    assert p.coprocessors == () and p.qec_code is None
+
+
+def test_default_names_are_assigned_to_the_stored_nodes():
+    p = shm(Coprocessor(coprocessor_fn=echo), Coprocessor(name="named", coprocessor_fn=echo),
+            Coprocessor(coprocessor_fn=echo))
+    assert [n.name for n in p.nodes] == ["controller", "coprocessor0", "named", "coprocessor2"]
+    assert p.coprocessor("coprocessor2").coprocessor_fn.python is echo
+
+
+def test_explicit_names_are_kept():
+    p = shm(Coprocessor(name="dec", coprocessor_fn=echo), controller=Controller(name="ctl"))
+    assert (p.controller.name, p.coprocessors[0].name) == ("ctl", "dec")
+
+
+def test_default_and_explicit_names_are_equal():
+    assert shm(Coprocessor(coprocessor_fn=echo)) == shm(
+        Coprocessor(name="coprocessor0", coprocessor_fn=echo), controller=Controller(name="controller")
+    )
+
+
+@pytest.mark.parametrize(
+    "controller, coprocessors",
+    [
+        (Controller(name="x"), [Coprocessor(name="x", coprocessor_fn=echo)]),
+        (Controller(), [Coprocessor(name="d", coprocessor_fn=echo), Coprocessor(name="d", coprocessor_fn=echo)]),
+        # A chosen name may collide with a default one.
+        (Controller(), [Coprocessor(name="coprocessor1", coprocessor_fn=echo), Coprocessor(coprocessor_fn=echo)]),
+        (Controller(), [Coprocessor(name="controller", coprocessor_fn=echo)]),
+    ],
+)
+def test_node_names_must_be_unique(controller, coprocessors):
+    with pytest.raises(PlacementError, match="used twice") as info:
+        Placement(controller=controller, coprocessors=coprocessors, transport="shm")
+    assert "unique" in str(info.value)
+
+
+def test_coprocessors_are_stored_as_a_tuple():
+    p = shm(controller=Controller())
+    q = Placement(controller=Controller(), coprocessors=[Coprocessor(coprocessor_fn=echo)], transport="shm")
+    assert p.coprocessors == () and isinstance(q.coprocessors, tuple)
+
+
+def test_controller_must_be_a_controller():
+    with pytest.raises(PlacementError, match="Controller") as info:
+        Placement(controller=Coprocessor(coprocessor_fn=echo), transport="shm")
+    assert "Coprocessor" in str(info.value)
+    with pytest.raises(PlacementError, match="Controller"):
+        Placement(controller="controller", transport="shm")
+
+
+def test_coprocessors_must_be_coprocessors():
+    with pytest.raises(PlacementError, match=r"coprocessors\[1\]") as info:
+        Placement(controller=Controller(), coprocessors=[Coprocessor(coprocessor_fn=echo), Controller()],
+                  transport="shm")
+    assert "Controller" in str(info.value)
+
+
+@pytest.mark.parametrize("coprocessors", [Coprocessor(coprocessor_fn=echo), "abc", 3, {Coprocessor(coprocessor_fn=echo)}])
+def test_coprocessors_must_be_a_sequence(coprocessors):
+    with pytest.raises(PlacementError, match="list"):
+        Placement(controller=Controller(), coprocessors=coprocessors, transport="shm")
+
+
+def test_type_errors_come_before_transport_lookup():
+    with pytest.raises(PlacementError, match="Controller"):
+        Placement(controller=None, transport="no-such-transport")
+
+
+def test_unknown_transport_lists_installed_ones():
+    with pytest.raises(UnknownPluginError) as info:
+        Placement(controller=Controller(), transport="carrier-pigeon")
+    message = str(info.value)
+    assert "carrier-pigeon" in message
+    assert "shm" in message and "net" in message
+    assert "pip install" in message
+    assert isinstance(info.value, LookupError)
+
+
+@pytest.mark.parametrize("transport", ["", None, 3])
+def test_transport_must_be_a_name(transport):
+    with pytest.raises(PlacementError, match="transport"):
+        Placement(controller=Controller(), transport=transport)
+
+
+def test_transport_must_serve_each_node():
+    with pytest.raises(PlacementError) as info:
+        shm(controller=Controller(hardware="gpu"))
+    message = str(info.value)
+    assert "'shm'" in message and "gpu/controller" in message
+    assert "cpu/controller, cpu/coprocessor, gpu/coprocessor" in message
+    with pytest.raises(PlacementError, match="fpga/coprocessor"):
+        shm(Coprocessor(hardware="fpga", coprocessor_fn=echo))
+
+
+def test_serves_check_names_the_node():
+    with pytest.raises(PlacementError, match="'coprocessor1'"):
+        shm(Coprocessor(coprocessor_fn=echo), Coprocessor(hardware="fpga", coprocessor_fn=echo))
+
+
+def test_transport_served_pairs_pass():
+    p = Placement(controller=Controller(hardware="fpga"),
+                  coprocessors=[Coprocessor(hardware="gpu", endpoint=ep(), coprocessor_fn=echo)], transport="net")
+    assert p.controller.hardware == "fpga"
+
+
+def test_network_transport_needs_coprocessor_endpoints():
+    with pytest.raises(PlacementError) as info:
+        Placement(controller=Controller(),
+                  coprocessors=[Coprocessor(endpoint=ep(), coprocessor_fn=echo), Coprocessor(coprocessor_fn=echo)],
+                  transport="net")
+    message = str(info.value)
+    assert "transport 'net' needs a network endpoint on each coprocessor" in message
+    assert "endpoint=Endpoint(host=..., port=...)" in message
+    assert "'coprocessor1'" in message
+
+
+def test_endpoint_is_optional_when_not_needed():
+    assert shm(Coprocessor(endpoint=ep(), coprocessor_fn=echo)).coprocessors[0].endpoint == ep()
+
+
+def test_init_args_keys_must_be_known_to_core_or_transport():
+    p = shm(Coprocessor(init_args={"locality": "thread", "cpu": 3, "slots": 64, "slot_bytes": 256,
+                                   "timeout_ms": 5, "connect_timeout_ms": 50}, coprocessor_fn=echo))
+    assert p.coprocessors[0].init_args["cpu"] == 3
+    with pytest.raises(PlacementError) as info:
+        Placement(controller=Controller(init_args={"locality": "thread", "slots": 64}),
+                  coprocessors=[Coprocessor(endpoint=ep(), coprocessor_fn=echo)], transport="net")
+    message = str(info.value)
+    assert "['locality']" in message and "'net'" in message and "'controller'" in message
+    assert "slots (ring slot count" in message and "connect_timeout_ms" in message
+
+
+def test_init_args_error_lists_transport_keys_with_descriptions():
+    with pytest.raises(PlacementError) as info:
+        shm(controller=Controller(init_args={"colour": "red"}))
+    assert "locality (thread or process)" in str(info.value)
+    assert "cpu (core to pin to)" in str(info.value)
+
+
+def test_decoder_names_must_resolve():
+    assert shm(Coprocessor(coprocessor_fn="lookup")).coprocessors[0].coprocessor_fn == "lookup"
+    with pytest.raises(UnknownPluginError) as info:
+        shm(Coprocessor(coprocessor_fn="mwpm"))
+    message = str(info.value)
+    assert "decoder 'mwpm'" in message and "lookup" in message and "pip install" in message
+
+
+@pytest.mark.parametrize("qec_code", [None, "steane", "surface_17", "rotated-surface.d3", "_x"])
+def test_qec_code_accepts_identifiers(qec_code):
+    assert shm(qec_code=qec_code).qec_code == qec_code
+
+
+@pytest.mark.parametrize("qec_code", ["", "3d", "a b", "-x", 5, b"steane"])
+def test_qec_code_rejects_non_identifiers(qec_code):
+    with pytest.raises(PlacementError, match="qec_code"):
+        shm(qec_code=qec_code)
+
+
+def test_coprocessor_lookup():
+    p = shm(Coprocessor(name="a", coprocessor_fn=echo), Coprocessor(name="b", coprocessor_fn="lookup"))
+    assert p.coprocessor("b").coprocessor_fn == "lookup"
+    with pytest.raises(PlacementError) as info:
+        p.coprocessor("c")
+    assert "'c'" in str(info.value) and "'a', 'b'" in str(info.value)
+    with pytest.raises(PlacementError, match="controller"):
+        p.coprocessor("controller")
+
+
+def test_transport_record_is_not_part_of_equality():
+    p, q = shm(), shm()
+    assert p.transport_record is q.transport_record
+    assert isinstance(p.transport_record, Transport) and p.transport_record.name == "shm"
+    assert "transport_record" not in {f.name for f in dataclasses.fields(Placement)}
+    assert "library" not in repr(p)
+    assert p == q and hash(p) == hash(q)
+
+
+def test_placement_equality_and_hashing():
+    make = lambda fn, slots: shm(Coprocessor(init_args={"slots": slots}, coprocessor_fn=fn), qec_code="steane")  # noqa: E731
+    assert make(echo, 64) == make(echo, 64)
+    assert hash(make(echo, 64)) == hash(make(echo, 64))
+    assert len({make(echo, 64), make(echo, 64), make("lookup", 64)}) == 2
+    assert make(echo, 64) != make(echo, 32)
+    assert make(echo, 64) != make("lookup", 64)
+    assert shm(qec_code="a") != shm(qec_code="b")
+
+
+def test_placement_is_frozen():
+    p = shm()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.transport = "net"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.coprocessors = ()
+
+
+def test_replace_revalidates():
+    p = shm(Coprocessor(coprocessor_fn=echo))
+    assert dataclasses.replace(p, qec_code="steane").qec_code == "steane"
+    with pytest.raises(PlacementError, match="needs a network endpoint"):
+        dataclasses.replace(p, transport="net")
+
+
+def test_placement_survives_copy_and_pickle():
+    p = shm(Coprocessor(init_args={"slots": 8}, coprocessor_fn=echo), Coprocessor(coprocessor_fn="lookup"),
+            qec_code="steane")
+    assert copy.deepcopy(p) == p
+    restored = pickle.loads(pickle.dumps(p))
+    assert restored == p and restored.transport_record.name == "shm"
+
+
+def test_placement_fields_are_keyword_only():
+    with pytest.raises(TypeError):
+        Placement(Controller())
