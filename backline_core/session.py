@@ -26,6 +26,7 @@ from .native import check, ffi, lib, load_symbol
 ROLES = {"controller": 0, "coprocessor": 1}
 
 _log = logging.getLogger(__name__)
+_bl_round = lib.bl_round  # bound once: the Python round path is per-round
 
 
 @ffi.def_extern()
@@ -71,6 +72,7 @@ class Session:
         self._reply_ptr = ffi.new("const uint8_t **")
         # native views of the buffers last passed to round_into (see there)
         self._in_obj = self._out_obj = self._in_view = self._out_view = None
+        self._in_len = self._out_cap = 0
 
     # -- construction -------------------------------------------------------------------
 
@@ -225,17 +227,20 @@ class Session:
         """One round into a caller-owned buffer; returns the reply length.
 
         Passing the same payload and out objects again reuses their native views, so a
-        loop over preallocated buffers allocates nothing per round."""
-        if payload is not self._in_obj:
-            self._in_view, self._in_obj = ffi.from_buffer(payload), payload
-        if out is not self._out_obj:
-            view = out if isinstance(out, ffi.CData) else ffi.from_buffer(out, require_writable=True)
-            self._out_view, self._out_obj = view, out
-        rc = lib.bl_round(self._s, self._in_view, len(payload), decoder_id, self._out_view, len(out), self._out_len)
+        loop that refills preallocated buffers allocates nothing per round."""
+        if payload is not self._in_obj or out is not self._out_obj:
+            self._bind(payload, out)
+        rc = _bl_round(self._s, self._in_view, self._in_len, decoder_id, self._out_view, self._out_cap, self._out_len)
         if rc:
             self._handle()
             check(rc)
         return self._out_len[0]
+
+    def _bind(self, payload: Any, out: Any) -> None:
+        self._in_view, self._in_len = ffi.from_buffer(payload), len(payload)
+        self._out_view = out if isinstance(out, ffi.CData) else ffi.from_buffer(out, require_writable=True)
+        self._out_cap = len(out)
+        self._in_obj, self._out_obj = payload, out
 
     @property
     def last_rtt_ns(self) -> int:

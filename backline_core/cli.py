@@ -1,0 +1,141 @@
+"""The ``backline`` command line.
+
+    backline plugins                      list installed plugins and load errors
+    backline bench [options]              round-trip benchmark against the bare floor
+    backline coprocessor serve --key K    serve a coprocessor over a transport until signalled
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from .errors import BacklineError
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    from . import plugins
+
+    rows = plugins.listing()
+    if args.json:
+        print(json.dumps([row.__dict__ for row in rows], indent=2))
+        return 0
+    if not rows:
+        print("no plugins installed")
+        return 0
+    width = max(len(r.name) for r in rows)
+    for kind in ("transport", "decoder", "executor", "pass", "device"):
+        kind_rows = [r for r in rows if r.kind == kind]
+        if not kind_rows:
+            continue
+        print(f"{kind}s:")
+        for r in kind_rows:
+            origin = f"{r.distribution} {r.version}".strip()
+            what = f"FAILED TO LOAD: {r.error}" if r.error else r.serves
+            print(f"  {r.name:<{width}}  {origin:<36} {what}")
+    return 1 if args.strict and any(r.error for r in rows) else 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from . import bench
+
+    cfg = bench.BenchConfig(
+        transport=args.transport, locality=args.locality, coprocessor_fn=args.coprocessor_fn,
+        rounds=args.rounds, payload_bytes=args.payload_bytes, cadence=args.cadence, gap_ns=args.gap_ns,
+        gap_span=args.gap_span, seed=args.seed, controller_cpu=_cpu(args.controller_cpu),
+        coprocessor_cpu=_cpu(args.coprocessor_cpu), driver=args.driver, block=args.block, warmup=args.warmup,
+        progress=not args.no_progress,
+    )
+    result = bench.run(cfg, report=bench.stderr_report)
+    print(bench.main_report(result, args.json, args.plot))
+    return 0 if result.lost == 0 and result.mismatched == 0 else 1
+
+
+def _cpu(text: str) -> int | None:
+    return None if text == "none" else int(text)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .coprocessor_function import load_import_path
+    from .session import Session
+
+    functions = [load_import_path(fn) if ":" in fn else fn for fn in args.fn]
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    config = args.config
+    if "locality=" not in config:
+        config = ";".join(filter(None, [config, "locality=process"]))
+    session = Session.open(args.transport, "coprocessor", args.key, config=config, hardware=args.hardware,
+                           functions=functions)
+    try:
+        print(f"ready key={args.key} pid={os.getpid()} transport={args.transport}", flush=True)
+        stop.wait(args.duration)
+    finally:
+        session.destroy()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="backline", description="Backline: real-time QEC rounds between a controller and coprocessors.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("plugins", help="list installed plugins, what they serve, and load errors")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--strict", action="store_true", help="exit 1 if any plugin failed to load")
+    p.set_defaults(func=_cmd_plugins)
+
+    b = sub.add_parser("bench", help="round-trip benchmark; prints framework/floor ratios",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    b.add_argument("--transport", default="memcpy")
+    b.add_argument("--locality", default="thread", help="inline, thread or process (memcpy)")
+    b.add_argument("--coprocessor-fn", default="echo", help="decoder name (echo and steane replies are checked)")
+    b.add_argument("--rounds", type=int, default=1_000_000)
+    b.add_argument("--payload-bytes", type=int, default=8)
+    b.add_argument("--cadence", default="b2b", choices=("b2b", "random-delayed"))
+    b.add_argument("--gap-ns", type=int, default=2_000, help="random-delayed: base gap between rounds")
+    b.add_argument("--gap-span", type=lambda s: int(s, 0), default=0x3FFF,
+                   help="random-delayed: gap += LFSR & span (ns)")
+    b.add_argument("--seed", type=int, default=1, help="LFSR seed (nonzero)")
+    b.add_argument("--controller-cpu", default="0", help="CPU for the issuing thread, or none")
+    b.add_argument("--coprocessor-cpu", default="1", help="CPU for the coprocessor and the floor responder, or none")
+    b.add_argument("--driver", default="native", choices=("native", "python"))
+    b.add_argument("--block", type=int, default=50_000, help="rounds per interleaved block")
+    b.add_argument("--warmup", type=int, default=16, help="unrecorded rounds at the start of each block")
+    b.add_argument("--json", metavar="FILE", help="write the statistics as JSON")
+    b.add_argument("--plot", metavar="FILE.png", help="draw the time series and CCDF")
+    b.add_argument("--no-progress", action="store_true")
+    b.set_defaults(func=_cmd_bench)
+
+    c = sub.add_parser("coprocessor", help="coprocessor processes")
+    csub = c.add_subparsers(dest="coprocessor_command", required=True)
+    s = csub.add_parser("serve", help="serve a coprocessor session until SIGTERM/SIGINT")
+    s.add_argument("--key", required=True, help="session key the controller pairs on")
+    s.add_argument("--fn", action="append", required=True,
+                   help="decoder name or module:function (repeatable; each binds its decoder_ids)")
+    s.add_argument("--transport", default="memcpy")
+    s.add_argument("--hardware", default="cpu")
+    s.add_argument("--config", default="", help="k=v;k=v (locality defaults to process)")
+    s.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    s.set_defaults(func=_cmd_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BacklineError as exc:
+        print(f"backline: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

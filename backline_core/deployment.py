@@ -1,0 +1,166 @@
+"""Bring up the sessions a Placement describes, in this process and in helper processes.
+
+>>> from backline_core import Controller, Coprocessor, Placement, plugins
+>>> from backline_core.deployment import deploy
+>>> if "memcpy" in plugins.names("transport"):
+...     p = Placement(controller=Controller(), transport="memcpy",
+...                   coprocessors=[Coprocessor(name="dec", coprocessor_fn="steane",
+...                                             init_args={"locality": "inline"})])
+...     with deploy(p, in_bytes=1, out_bytes=1) as d:
+...         assert d.session("dec").round(bytes([0b001])) == bytes([1 << 4])
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from .errors import DeadlineError, PlacementError, TransportError
+from .placement import Coprocessor, Placement
+from .session import Session, resolve_function
+
+
+class CoprocessorProcess:
+    """A coprocessor served by ``backline coprocessor serve`` in a child process."""
+
+    def __init__(self, transport: str, key: str, functions: Sequence[str], config: str = "",
+                 hardware: str = "cpu", ready_timeout: float = 30.0) -> None:
+        cmd = [sys.executable, "-m", "backline_core.cli", "coprocessor", "serve",
+               "--transport", transport, "--key", key, "--hardware", hardware, "--config", config]
+        for fn in functions:
+            cmd += ["--fn", fn]
+        self.key = key
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + ready_timeout
+        line = ""
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
+            if ready:
+                line = self.proc.stdout.readline()
+                if line.startswith("ready"):
+                    return
+                if line == "":
+                    break
+            elif self.proc.poll() is not None:
+                break
+        self.kill()
+        err = self.proc.stderr.read() if self.proc.stderr else ""
+        if self.proc.returncode not in (None, -signal.SIGKILL) or err:
+            raise TransportError(f"coprocessor process for key {key!r} failed to start: {err.strip() or line.strip()}")
+        raise DeadlineError(f"coprocessor process for key {key!r} was not ready within {ready_timeout} s")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def terminate(self, timeout: float = 10.0) -> int:
+        """Ask the server to stop cleanly (SIGTERM); kill it if it does not within ``timeout``."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the server (as a crash would)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def _function_spec(fn: object) -> str:
+    """How a serve process names a coprocessor function on its command line."""
+    if isinstance(fn, str):
+        return fn
+    function = resolve_function(fn)
+    if function.python is not None:
+        return function.to_dict()["python"]
+    raise PlacementError(
+        f"coprocessor function {function.name!r} is a native CoprocessorFunction object; a locality=process "
+        "coprocessor needs it by decoder name (register it as a decoder plugin) or as a module:function"
+    )
+
+
+class Deployment:
+    """Live sessions for a placement: one controller session per coprocessor, keyed by its name."""
+
+    def __init__(self, placement: Placement, *, in_bytes: int, out_bytes: int) -> None:
+        self.placement = placement
+        self.coprocessor_sessions: dict[str, Session] = {}
+        self.processes: dict[str, CoprocessorProcess] = {}
+        self.controller_sessions: dict[str, Session] = {}
+        try:
+            for node in placement.coprocessors:
+                self._bring_up_coprocessor(node)
+            ctl = placement.controller
+            for node in placement.coprocessors:
+                self.controller_sessions[node.name] = Session.open(
+                    placement.transport, "controller", node.name, config=ctl.config_string(),
+                    hardware=ctl.hardware, in_bytes=in_bytes, out_bytes=out_bytes)
+        except BaseException:
+            self.close()
+            raise
+
+    def _bring_up_coprocessor(self, node: Coprocessor) -> None:
+        if node.dispatched:
+            raise PlacementError(
+                f"coprocessor {node.name!r} is remote/dispatched; executors are not part of backline-core yet, "
+                "so start it on its machine and use a transport that reaches it"
+            )
+        if node.init_args.get("locality") == "process":
+            self.processes[node.name] = CoprocessorProcess(
+                self.placement.transport, node.name, [_function_spec(node.coprocessor_fn)],
+                node.config_string(), node.hardware)
+        else:
+            self.coprocessor_sessions[node.name] = Session.open(
+                self.placement.transport, "coprocessor", node.name, config=node.config_string(),
+                hardware=node.hardware, functions=[node.coprocessor_fn])
+
+    def session(self, coprocessor: str | None = None) -> Session:
+        """The controller's session with ``coprocessor`` (optional when there is only one)."""
+        if coprocessor is None:
+            if len(self.controller_sessions) != 1:
+                raise PlacementError(
+                    f"this placement has {len(self.controller_sessions)} coprocessors "
+                    f"({', '.join(self.controller_sessions)}); name the one you want"
+                )
+            return next(iter(self.controller_sessions.values()))
+        try:
+            return self.controller_sessions[coprocessor]
+        except KeyError:
+            raise PlacementError(
+                f"no coprocessor named {coprocessor!r}; this placement has {', '.join(self.controller_sessions)}"
+            ) from None
+
+    def close(self) -> None:
+        """Destroy every session and stop every helper process (idempotent)."""
+        for group in (self.controller_sessions, self.coprocessor_sessions):
+            for s in group.values():
+                s.destroy()
+            group.clear()
+        for proc in self.processes.values():
+            proc.terminate()
+        self.processes.clear()
+
+    def __enter__(self) -> Deployment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def deploy(placement: Placement, *, in_bytes: int, out_bytes: int) -> Deployment:
+    """Bring up ``placement``'s sessions; use as a context manager."""
+    return Deployment(placement, in_bytes=in_bytes, out_bytes=out_bytes)
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on."""
+    return len(os.sched_getaffinity(0))
