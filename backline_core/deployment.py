@@ -7,7 +7,7 @@
 ...                   coprocessors=[Coprocessor(name="dec", coprocessor_fn="steane",
 ...                                             init_args={"locality": "inline"})])
 ...     with deploy(p, in_bytes=1, out_bytes=1) as d:
-...         assert d.session("dec").round(bytes([0b001])) == bytes([1 << 4])
+...         assert d.session("dec").round(bytes([0b001])) == bytes([1 << 0])
 """
 
 from __future__ import annotations
