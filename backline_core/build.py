@@ -56,6 +56,11 @@ class BuildPlainLibraries(build_ext):
             return os.path.join(*fullname.split(".")) + ".so"
         return super().get_ext_filename(fullname)
 
+    def build_extension(self, ext: Extension) -> None:
+        # in-place (editable) builds write into package folders that may not exist yet
+        os.makedirs(os.path.dirname(self.get_ext_fullpath(ext.name)), exist_ok=True)
+        super().build_extension(ext)
+
     def get_export_symbols(self, ext: Extension) -> list[str]:
         if ext.name in _PLAIN:
             return []  # a plain library exports its own BL_API symbols, not PyInit_*
