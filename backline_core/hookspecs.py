@@ -106,39 +106,27 @@ class Decoder:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Executor:
+class _Loadable:
+    """A named component whose implementation ``load()`` imports on first use."""
+
+    name: str
+    summary: str
+    load: Callable[[], Any]
+
+    def describe(self) -> str:
+        return self.summary
+
+
+class Executor(_Loadable):
     """A way to run a node's compiled code out of process (local, ssh, ...)."""
 
-    name: str
-    summary: str
-    load: Callable[[], Any]
 
-    def describe(self) -> str:
-        return self.summary
-
-
-@dataclass(frozen=True, kw_only=True)
-class Pass:
+class Pass(_Loadable):
     """A compiler pass, loaded lazily by its kebab-case name."""
 
-    name: str
-    summary: str
-    load: Callable[[], Any]
 
-    def describe(self) -> str:
-        return self.summary
-
-
-@dataclass(frozen=True, kw_only=True)
-class Device:
-    """A quantum-device runtime (shared library implementing the device C ABI)."""
-
-    name: str
-    summary: str
-    library: Callable[[], str]
-
-    def describe(self) -> str:
-        return self.summary
+class Device(_Loadable):
+    """A quantum-device runtime; ``load()`` returns the path of its shared library."""
 
 
 #: kind -> (record type, hook name)

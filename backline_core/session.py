@@ -20,7 +20,7 @@ from typing import Any
 
 from . import plugins
 from .coprocessor_function import CoprocessorFunction
-from .errors import PlacementError, TransportError
+from .errors import InvalidArgumentError, LifecycleError, PlacementError, TransportError
 from .native import check, ffi, lib, load_symbol
 
 ROLES = {"controller": 0, "coprocessor": 1}
@@ -60,7 +60,7 @@ class Session:
 
     def __init__(self, backend_library: str, role: str, key: str, config: str = "") -> None:
         if role not in ROLES:
-            raise ValueError(f"role must be 'controller' or 'coprocessor', not {role!r}")
+            raise InvalidArgumentError(f"role must be 'controller' or 'coprocessor', not {role!r}")
         out = ffi.new("bl_session **")
         check(lib.bl_session_create(backend_library.encode(), ROLES[role], key.encode(), config.encode(), out))
         self._s = out[0]
@@ -190,7 +190,7 @@ class Session:
 
     def _handle(self):
         if self._s is None:
-            raise TransportError(f"{self.role} session {self.key!r} was destroyed", code=-2, status="BL_ESTATE")
+            raise LifecycleError(f"{self.role} session {self.key!r} was destroyed", code=-2, status="BL_ESTATE")
         return self._s
 
     # -- rounds (controller) ------------------------------------------------------------
@@ -228,7 +228,8 @@ class Session:
 
         Passing the same payload and out objects again reuses their native views, so a
         loop that refills preallocated buffers allocates nothing per round."""
-        if payload is not self._in_obj or out is not self._out_obj:
+        if payload is not self._in_obj or out is not self._out_obj or self._s is None:
+            self._handle()
             self._bind(payload, out)
         rc = _bl_round(self._s, self._in_view, self._in_len, decoder_id, self._out_view, self._out_cap, self._out_len)
         if rc:

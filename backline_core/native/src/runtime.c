@@ -68,7 +68,7 @@ struct bl_session {
     char *config;
     uint64_t connect_timeout_ns;
     uint32_t cfg_slots, cfg_slot_bytes;
-    int geometry_explicit;
+    int slots_explicit, slot_bytes_explicit;
     void *dl;
     const bl_backend *be;
     void *impl;
@@ -196,6 +196,15 @@ static int32_t parse_config(bl_session *s, const char *config) {
                         (int)len, p, config);
         size_t klen = (size_t)(eq - p), vlen = len - klen - 1;
         const char *v = eq + 1;
+        if (memchr(v, '=', vlen))
+            return fail(BL_EINVAL, "malformed configuration item '%.*s' in '%s': a value may not contain '='", (int)len, p, config);
+        for (const char *q = config; q < p;) { /* earlier items: is this key repeated? */
+            const char *qe = strchr(q, ';');
+            const char *qeq = memchr(q, '=', (size_t)(qe - q));
+            if (qeq && (size_t)(qeq - q) == klen && !strncmp(q, p, klen))
+                return fail(BL_EINVAL, "configuration key '%.*s' is given twice in '%s'", (int)klen, p, config);
+            q = qe + 1;
+        }
         if (!key_in(p, klen, core_keys) && !key_in(p, klen, s->be->config_keys)) {
             char known[512] = "";
             for (const char *const *k = core_keys; *k; ++k) strncat(known, *k, sizeof known - strlen(known) - 3), strcat(known, ", ");
@@ -210,13 +219,13 @@ static int32_t parse_config(bl_session *s, const char *config) {
             if (!numeric || x < 1 || x > (1u << 20) || (x & (x - 1)))
                 return fail(BL_EINVAL, "slots=%.*s: must be a power of two between 1 and 1048576", (int)vlen, v);
             s->cfg_slots = (uint32_t)x;
-            s->geometry_explicit = 1;
+            s->slots_explicit = 1;
         } else if (klen == 10 && !strncmp(p, "slot_bytes", 10)) {
             if (!numeric || x < BL_SLOT_ALIGN || x % BL_SLOT_ALIGN || x > (1u << 24))
                 return fail(BL_EINVAL, "slot_bytes=%.*s: must be a multiple of 64 between 64 and 16777216 (it includes the %u-byte frame header)",
                             (int)vlen, v, BL_FRAME_HEADER_BYTES);
             s->cfg_slot_bytes = (uint32_t)x;
-            s->geometry_explicit = 1;
+            s->slot_bytes_explicit = 1;
         } else if (klen == 10 && !strncmp(p, "timeout_ms", 10)) {
             if (!numeric || x < 1 || x > 86400000ull)
                 return fail(BL_EINVAL, "timeout_ms=%.*s: must be an integer between 1 and 86400000", (int)vlen, v);
@@ -233,6 +242,8 @@ static int32_t parse_config(bl_session *s, const char *config) {
             else
                 return fail(BL_EINVAL, "idle_spin_us=%.*s: must be -1 (never sleep) or microseconds >= 0", (int)vlen, v);
         }
+        if (end && !end[1])
+            return fail(BL_EINVAL, "malformed configuration '%s': it ends with ';' (drop it)", config);
         p = end ? end + 1 : NULL;
     }
     return BL_OK;
@@ -407,10 +418,11 @@ BL_API int32_t bl_establish_channel(bl_session *s) {
         ((uintptr_t)ch.request_ring | (uintptr_t)ch.reply_ring) % BL_SLOT_ALIGN)
         return fail(BL_EBACKEND, "%s backend: establish_channel returned an invalid channel (rings must be 64-byte aligned, slots a power of two, slot_bytes a multiple of 64)",
                     s->be->name);
-    if (s->geometry_explicit && (ch.slots != s->cfg_slots || ch.slot_bytes != s->cfg_slot_bytes))
-        return fail(BL_EINVAL, "%s '%s' asked for slots=%u slot_bytes=%u but the channel has slots=%u slot_bytes=%u; "
-                    "configure the ring on the coprocessor (it owns the memory) or drop these keys here",
-                    role_name(s->role), s->key, s->cfg_slots, s->cfg_slot_bytes, ch.slots, ch.slot_bytes);
+    if ((s->slots_explicit && ch.slots != s->cfg_slots) || (s->slot_bytes_explicit && ch.slot_bytes != s->cfg_slot_bytes))
+        return fail(BL_EINVAL, "%s '%s' asked for %s=%u but the channel has slots=%u slot_bytes=%u; "
+                    "configure the ring on the coprocessor (it owns the memory) or drop the key here",
+                    role_name(s->role), s->key, s->slots_explicit && ch.slots != s->cfg_slots ? "slots" : "slot_bytes",
+                    s->slots_explicit && ch.slots != s->cfg_slots ? s->cfg_slots : s->cfg_slot_bytes, ch.slots, ch.slot_bytes);
     s->ch = ch;
     s->mask = ch.slots - 1;
     s->slot_bytes = ch.slot_bytes;
@@ -552,10 +564,14 @@ BL_API int32_t bl_post(bl_session *s) {
     s->posted = seq;
     if (s->ch.doorbell) ring_doorbell(s);
     if (s->ch.deliver) {
+        tl_error[0] = 0; /* so a hook that fails without text does not show an older error */
         int32_t rc = s->ch.deliver(s->ch.impl, seq, slot);
-        if (BL_UNLIKELY(rc))
+        if (BL_UNLIKELY(rc)) {
+            char reason[ERR_MAX / 2];
+            snprintf(reason, sizeof reason, "%s", tl_error[0] ? tl_error : bl_status_name(rc));
             return fail(rc, "post (controller '%s'): the %s backend could not deliver round %llu: %s", s->key,
-                        s->be->name, (unsigned long long)seq, bl_last_error());
+                        s->be->name, (unsigned long long)seq, reason);
+        }
     }
     return BL_OK;
 }

@@ -89,7 +89,7 @@ BL_API const char *bl_status_name(int32_t status);
 BL_API const char *bl_last_error(void);
 
 /* Open `backend_lib` (path of a transport backend) and register a session under
- * (role, key). `config` is "k=v;k=v" (see docs/architecture.md for the keys). */
+ * (role, key). `config` is "k=v;k=v" (keys: docs/architecture.md, "Session configuration keys"). */
 BL_API int32_t bl_session_create(const char *backend_lib, int32_t role, const char *key,
                                  const char *config, bl_session **out);
 /* The session registered under (role, key), or NULL (bl_last_error says why). */
@@ -126,7 +126,9 @@ BL_API uint64_t bl_last_rtt_ns(bl_session *s);
 BL_API int32_t bl_serve(bl_session *s);
 BL_API int32_t bl_serve_pending(bl_session *s);
 
-/* Teardown: idempotent. bl_destroy also unregisters the key and frees the session. */
+/* Teardown: idempotent. bl_destroy also unregisters the key and frees the session; a
+ * second bl_destroy of the same pointer is a no-op (it is looked up in the registry), as
+ * long as no new session has been created at that address in between. */
 BL_API int32_t bl_stop(bl_session *s);
 BL_API int32_t bl_destroy(bl_session *s);
 
