@@ -55,7 +55,7 @@ class Transport:
     maps one of those pairs to the path of a shared library exporting the backend
     entry symbol declared in ``backline.h``. ``init_args`` names the configuration
     keys the backend accepts (key -> one-line description); the core adds its own
-    common keys (``slots``, ``slot_bytes``, ``timeout_ms``, ``connect_timeout_ms``).
+    common keys (``config.CORE_KEYS``).
     ``needs_endpoint`` says whether a coprocessor must carry a network ``Endpoint``.
     """
 

@@ -13,6 +13,7 @@ plugin is registered with one pluggy ``PluginManager`` whose hook specs live in
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import threading
 import traceback
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pluggy
+from stevedore import _cache as _stevedore_cache
 from stevedore import driver, exception, extension
 
 from .errors import PluginError, UnknownPluginError
@@ -61,7 +63,16 @@ class PluginRegistry:
         with self._lock:
             if not self.pm.is_registered(plugin):
                 self.pm.register(plugin, name=name)
-                self.pm.check_pending()
+                try:
+                    self.pm.check_pending()
+                except pluggy.PluginValidationError as exc:
+                    # A misspelt hook must not poison the manager for every other plugin.
+                    self.pm.unregister(plugin)
+                    raise PluginError(
+                        f"plugin {name or plugin!r} implements a hook Backline does not define: {exc}; "
+                        "hook names are backline_transports, backline_decoders, backline_executors, "
+                        "backline_passes and backline_devices"
+                    ) from None
             for kind in RECORD_TYPES:
                 for record in self._records_of(plugin, kind):
                     self._records[(kind, record.name)] = record
@@ -171,9 +182,15 @@ class PluginRegistry:
         return rows
 
     def refresh(self) -> None:
-        """Forget cached entry points, e.g. after installing a package in this process."""
+        """Forget cached entry points and every registered plugin (in-process ones too),
+        e.g. after installing a package while this process runs."""
         with self._lock:
             extension.ExtensionManager.ENTRY_POINT_CACHE.clear()
+            # stevedore also keeps a per-process copy of its on-disk cache
+            internal = getattr(getattr(_stevedore_cache, "_c", None), "_internal", None)
+            if isinstance(internal, dict):
+                internal.clear()
+            importlib.invalidate_caches()
             for plugin in list(self.pm.get_plugins()):
                 self.pm.unregister(plugin)
             self._records.clear()
