@@ -64,7 +64,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from .coprocessor_function import load_import_path
     from .session import Session
 
-    functions = [load_import_path(fn) if ":" in fn else fn for fn in args.fn]
+    bindings = []
+    for spec in args.fn:
+        name, _, ids = spec.partition("@")
+        try:
+            decoder_ids = [int(i) for i in ids.split(",")] if ids else None
+        except ValueError:
+            raise BacklineError(f"--fn {spec!r}: decoder ids after '@' must be integers, e.g. steane@0,1") from None
+        bindings.append((load_import_path(name) if ":" in name else name, decoder_ids))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -72,7 +79,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if "locality=" not in config:
         config = ";".join(filter(None, [config, "locality=process"]))
     session = Session.open(args.transport, "coprocessor", args.key, config=config, hardware=args.hardware,
-                           functions=functions)
+                           functions=bindings)
     try:
         print(f"ready key={args.key} pid={os.getpid()} transport={args.transport}", flush=True)
         stop.wait(args.duration)
@@ -117,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = csub.add_parser("serve", help="serve a coprocessor session until SIGTERM/SIGINT")
     s.add_argument("--key", required=True, help="session key the controller pairs on")
     s.add_argument("--fn", action="append", required=True,
-                   help="decoder name or module:function (repeatable; each binds its decoder_ids)")
+                   help="decoder name or module:function, optionally @id,id to choose the decoder_ids "
+                        "(default: those it declares); repeatable")
     s.add_argument("--transport", default="memcpy")
     s.add_argument("--hardware", default="cpu")
     s.add_argument("--config", default="", help="k=v;k=v (locality defaults to process)")

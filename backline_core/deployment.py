@@ -76,16 +76,19 @@ class CoprocessorProcess:
 
 
 def _function_spec(fn: object) -> str:
-    """How a serve process names a coprocessor function on its command line."""
-    if isinstance(fn, str):
-        return fn
+    """How a serve process names a coprocessor function on its command line:
+    ``name`` or ``module:function``, then ``@id,id`` for the decoder_ids it binds."""
     function = resolve_function(fn)
-    if function.python is not None:
-        return function.to_dict()["python"]
-    raise PlacementError(
-        f"coprocessor function {function.name!r} is a native CoprocessorFunction object; a locality=process "
-        "coprocessor needs it by decoder name (register it as a decoder plugin) or as a module:function"
-    )
+    if isinstance(fn, str):
+        name = fn
+    elif function.python is not None:
+        name = function.to_dict()["python"]
+    else:
+        raise PlacementError(
+            f"coprocessor function {function.name!r} is a native CoprocessorFunction object; a locality=process "
+            "coprocessor needs it by decoder name (register it as a decoder plugin) or as a module:function"
+        )
+    return f"{name}@{','.join(map(str, function.decoder_ids))}"
 
 
 class Deployment:

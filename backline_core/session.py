@@ -91,7 +91,7 @@ class Session:
              in_bytes: int = 0, out_bytes: int = 0,
              functions: Iterable[str | CoprocessorFunction | Any] = ()) -> Session:
         """Create a session and bring it up to started (controller: ``in_bytes``/``out_bytes``;
-        coprocessor: ``functions`` bound to their decoder_ids)."""
+        coprocessor: ``functions``, each a function or a ``(function, decoder_ids)`` pair)."""
         session = cls.create(transport, role, key, config, hardware)
         try:
             session.connect()
@@ -102,7 +102,8 @@ class Session:
                 session.set_message_sizes(in_bytes, out_bytes)
             else:
                 for fn in functions:
-                    session.set_coprocessor_fn(fn)
+                    # a bare function binds the ids it declares; (fn, ids) chooses them
+                    session.set_coprocessor_fn(*fn) if isinstance(fn, tuple) else session.set_coprocessor_fn(fn)
             session.start()
         except BaseException:
             session.destroy()

@@ -466,10 +466,12 @@ BL_API int32_t bl_establish_channel(bl_session *s) {
 }
 
 BL_API int32_t bl_set_message_sizes(bl_session *s, uint32_t in_bytes, uint32_t out_bytes) {
-    int32_t rc = expect_state(s, "set_message_sizes", ST_CHANNEL);
+    int32_t rc = check_session(s, "set_message_sizes");
     if (rc) return rc;
     if (s->role != BL_CONTROLLER)
         return fail(BL_ESTATE, "set_message_sizes is a controller call; '%s' is a coprocessor session (it binds functions with set_coprocessor_fn)", s->key);
+    rc = expect_state(s, "set_message_sizes", ST_CHANNEL);
+    if (rc) return rc;
     if (in_bytes == 0 || in_bytes > s->max_payload || out_bytes > s->max_payload)
         return fail(BL_ETOOBIG, "set_message_sizes(in=%u, out=%u): each must fit a slot's payload of %u bytes (slot_bytes %u minus the %u-byte header), and in must be > 0; raise slot_bytes on the coprocessor",
                     in_bytes, out_bytes, s->max_payload, s->slot_bytes, BL_FRAME_HEADER_BYTES);
@@ -567,6 +569,7 @@ BL_API int32_t bl_post(bl_session *s) {
         tl_error[0] = 0; /* so a hook that fails without text does not show an older error */
         int32_t rc = s->ch.deliver(s->ch.impl, seq, slot);
         if (BL_UNLIKELY(rc)) {
+            s->collected = s->posted; /* the round is lost: it must not hold a ring slot */
             char reason[ERR_MAX / 2];
             snprintf(reason, sizeof reason, "%s", tl_error[0] ? tl_error : bl_status_name(rc));
             return fail(rc, "post (controller '%s'): the %s backend could not deliver round %llu: %s", s->key,

@@ -70,6 +70,9 @@ struct mc {
     struct ctl *ctl;
     size_t size;
     int shm_fd;
+    int created;          /* coprocessor: this session created the shared-memory name */
+    dev_t shm_dev;        /* identity of the mapped segment, so a stale name is told apart */
+    ino_t shm_ino;
     char shm_name[160];
     struct entry *entry;
     uint64_t claim;
@@ -203,7 +206,19 @@ static int32_t coproc_connect(struct mc *m, char *err, size_t n) {
                 shm_unlink(m->shm_name);
                 return err_out(err, n, BL_ENOMEM, "cannot size shared memory %s to %zu bytes: %s", m->shm_name, m->size, strerror(e));
             }
+            void *p = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (p == MAP_FAILED) {
+                int e = errno;
+                close(fd);
+                shm_unlink(m->shm_name);
+                return err_out(err, n, BL_ENOMEM, "mmap of %s (%zu bytes): %s", m->shm_name, m->size, strerror(e));
+            }
             m->shm_fd = fd;
+            m->created = 1;
+            m->ctl = p;
+            /* Claim the name at once: a second coprocessor must see a live owner even
+             * before this one finishes bring-up. */
+            m->ctl->coproc_pid = getpid();
             return BL_OK;
         }
         if (errno != EEXIST)
@@ -221,6 +236,9 @@ static int32_t coproc_connect(struct mc *m, char *err, size_t n) {
                 }
             }
             close(fd);
+            if (owner == 0)
+                return err_out(err, n, BL_EBUSY, "key '%s' is being set up by another coprocessor (shared memory %s has no owner yet); "
+                               "retry, or remove /dev/shm%s if no coprocessor is running", m->key, m->shm_name, m->shm_name);
             if (pid_alive(owner))
                 return err_out(err, n, BL_EBUSY, "key '%s' is already served by coprocessor pid %d (shared memory %s)", m->key, (int)owner, m->shm_name);
         }
@@ -231,9 +249,8 @@ static int32_t coproc_connect(struct mc *m, char *err, size_t n) {
 
 static int32_t coproc_alloc(struct mc *m, char *err, size_t n) {
     if (m->locality == LOC_PROCESS) {
-        void *p = mmap(NULL, m->size, PROT_READ | PROT_WRITE, MAP_SHARED, m->shm_fd, 0);
-        if (p == MAP_FAILED) return err_out(err, n, BL_ENOMEM, "mmap of %s (%zu bytes): %s", m->shm_name, m->size, strerror(errno));
-        m->ctl = p; /* zero-filled by ftruncate */
+        (void)err;
+        (void)n; /* mapped at connect; zero-filled by ftruncate */
     } else {
         void *p = aligned_alloc(4096, (m->size + 4095) & ~(size_t)4095);
         if (!p) return err_out(err, n, BL_ENOMEM, "cannot allocate %zu bytes of ring memory", m->size);
@@ -286,6 +303,8 @@ static int32_t try_shm(struct mc *m, char *err, size_t n, int *found) {
     }
     struct ctl *c = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
+    m->shm_dev = st.st_dev;
+    m->shm_ino = st.st_ino;
     if (c == MAP_FAILED) return err_out(err, n, BL_EBACKEND, "mmap of %s: %s", m->shm_name, strerror(errno));
     if (__atomic_load_n(&c->ready, __ATOMIC_ACQUIRE) != 1 || c->magic != REGION_MAGIC) {
         munmap(c, (size_t)st.st_size);
@@ -460,6 +479,15 @@ static void release_entry(struct mc *m) {
     m->entry = NULL;
 }
 
+static int same_segment(const struct mc *m) {
+    int fd = shm_open(m->shm_name, O_RDONLY, 0600);
+    if (fd < 0) return 0;
+    struct stat st;
+    int same = fstat(fd, &st) == 0 && st.st_dev == m->shm_dev && st.st_ino == m->shm_ino;
+    close(fd);
+    return same;
+}
+
 static void mc_close(void *impl) {
     struct mc *m = impl;
     char err[8];
@@ -468,12 +496,12 @@ static void mc_close(void *impl) {
         release_entry(m);
     } else if (m->ctl) {
         int coproc_gone = !pid_alive(m->ctl->coproc_pid);
-        int mine = m->role == BL_COPROCESSOR && m->ctl->coproc_pid == getpid();
         munmap(m->ctl, m->size);
-        /* The owner removes the name; a controller removes it only for a dead owner. */
-        if (mine || (m->role == BL_CONTROLLER && coproc_gone)) shm_unlink(m->shm_name);
-    } else if (m->role == BL_COPROCESSOR && m->shm_fd >= 0) {
-        shm_unlink(m->shm_name); /* connected but never mapped */
+        if (m->role == BL_COPROCESSOR) {
+            if (m->created) shm_unlink(m->shm_name); /* the owner removes its name */
+        } else if (coproc_gone && same_segment(m)) {
+            shm_unlink(m->shm_name); /* a dead owner's leftover, unless a new owner took the name */
+        }
     }
     if (m->shm_fd >= 0) close(m->shm_fd);
     free(m);

@@ -1,0 +1,151 @@
+"""Shared fixtures of the memcpy-transport tests.
+
+Every test gets its own session key (``key``), so no two tests ever pair with each other
+or trip over each other's shared memory, and the ``key`` fixture checks at teardown that
+nothing named ``/dev/shm/backline.<key>*`` was left behind. ``cleanup`` destroys sessions
+and kills coprocessor processes a test created even when the test fails half-way, and a
+watchdog turns any hang into a traceback and an exit instead of a stuck run.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import textwrap
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from backline_core.deployment import CoprocessorProcess
+from backline_core.native import get_library
+from backline_core.session import Session
+
+SHM_DIR = "/dev/shm"
+#: Last resort against a hang: a test running this long dumps every thread's stack and
+#: ends the run. Above the longest subprocess timeout (300 s), so those report first.
+WATCHDOG_S = 330
+
+
+def backline_shm(prefix: str = "") -> set[str]:
+    """Names in /dev/shm of Backline segments whose key starts with ``prefix``."""
+    return {n for n in os.listdir(SHM_DIR) if n.startswith(f"backline.{prefix}")}
+
+
+@pytest.fixture(autouse=True)
+def _watchdog() -> Iterator[None]:
+    """Nothing may hang: past WATCHDOG_S the run dumps all stacks and exits."""
+    faulthandler.dump_traceback_later(WATCHDOG_S, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture
+def key() -> Iterator[str]:
+    """A session key unique to this test; afterwards no shared memory for it may remain."""
+    k = f"bltest-{uuid.uuid4().hex[:12]}"
+    yield k
+    left = backline_shm(k)
+    for name in left:  # do not let one failure pollute /dev/shm for later runs
+        try:
+            os.unlink(os.path.join(SHM_DIR, name))
+        except OSError:
+            pass
+    assert not left, f"shared memory left behind for key {k!r}: {sorted(left)}"
+
+
+@pytest.fixture
+def no_new_shm() -> Iterator[None]:
+    """For tests whose keys are chosen elsewhere (the bench): no new Backline segment may remain."""
+    before = backline_shm()
+    yield
+    left = backline_shm() - before
+    for name in left:
+        try:
+            os.unlink(os.path.join(SHM_DIR, name))
+        except OSError:
+            pass
+    assert not left, f"shared memory left behind: {sorted(left)}"
+
+
+@pytest.fixture
+def cleanup() -> Iterator[Callable[[Any], Any]]:
+    """Register sessions / CoprocessorProcesses / deployments; torn down in reverse order."""
+    items: list[Any] = []
+
+    def add(obj: Any) -> Any:
+        items.append(obj)
+        return obj
+
+    yield add
+    for obj in reversed(items):
+        try:
+            if isinstance(obj, CoprocessorProcess):
+                obj.terminate(timeout=10)  # SIGTERM: the server removes its shared memory
+            elif hasattr(obj, "destroy"):
+                obj.destroy()
+            elif hasattr(obj, "close"):
+                obj.close()
+        except Exception:  # teardown must go on; the test itself reports failures
+            pass
+
+
+@pytest.fixture
+def fn_module(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An importable module of coprocessor functions for ``coprocessor serve`` children.
+
+    ``reverse`` is bound to decoder_id 1 and ``steane2`` (the native Steane lookup) to 2,
+    so ``--fn echo --fn M:reverse --fn M:steane2`` serves echo on 0, reverse on 1 and
+    steane on 2, as the in-process tests bind them.
+    """
+    name = f"bl_test_fns_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(f"""
+        from backline_core.coprocessor_function import CoprocessorFunction
+
+        def _reverse(decoder_id, payload):
+            return payload[::-1]
+
+        reverse = CoprocessorFunction(name="reverse", python=_reverse, decoder_ids=(1,))
+        steane2 = CoprocessorFunction(name="steane2", library={get_library()!r}, symbol="bl_fn_steane",
+                                      decoder_ids=(2,))
+    """))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    return name
+
+
+@pytest.fixture
+def coprocessor(key: str, cleanup: Callable[[Any], Any]) -> Callable[..., Any]:
+    """Bring up a coprocessor on ``key``: a started Session for inline/thread, a
+    ``backline coprocessor serve`` child (CoprocessorProcess) for process."""
+
+    def make(locality: str, functions: Any = ("echo",), config: str = "") -> Any:
+        config = ";".join(filter(None, [f"locality={locality}", config]))
+        if locality == "process":
+            return cleanup(CoprocessorProcess("memcpy", key, list(functions), config, ready_timeout=30))
+        return cleanup(Session.open("memcpy", "coprocessor", key, config=config, functions=list(functions)))
+
+    return make
+
+
+@pytest.fixture
+def controller(key: str, cleanup: Callable[[Any], Any]) -> Callable[..., Session]:
+    """Open a started controller Session on ``key`` (destroyed after the test)."""
+
+    def make(config: str = "", in_bytes: int = 8, out_bytes: int = 8) -> Session:
+        return cleanup(Session.open("memcpy", "controller", key, config=config, in_bytes=in_bytes,
+                                    out_bytes=out_bytes))
+
+    return make
+
+
+@pytest.fixture
+def pair(coprocessor: Callable[..., Any], controller: Callable[..., Session]) -> Callable[..., tuple[Any, Session]]:
+    """A coprocessor (see ``coprocessor``) and a controller paired on ``key``."""
+
+    def make(locality: str, functions: Any = ("echo",), *, cop_config: str = "", ctl_config: str = "",
+             in_bytes: int = 8, out_bytes: int = 8) -> tuple[Any, Session]:
+        cop = coprocessor(locality, functions, cop_config)
+        return cop, controller(ctl_config, in_bytes, out_bytes)
+
+    return make

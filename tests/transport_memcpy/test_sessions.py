@@ -1,0 +1,295 @@
+"""Behaviour of memcpy-transport sessions in every locality: rounds, decoders, dispatch by
+decoder_id, pipelining, geometry, deployments of placements and a bounded soak.
+
+Faults and bad input are in test_faults.py; the ``backline`` command line in
+test_bench_cli.py. Fixtures (unique keys, shared-memory checks, clean-up) are in conftest.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import random
+
+import pytest
+
+from backline_core import bench
+from backline_core.coprocessor_function import CoprocessorFunction
+from backline_core.deployment import CoprocessorProcess, deploy
+from backline_core.errors import (
+    InvalidArgumentError,
+    NothingPostedError,
+    PlacementError,
+    RingFullError,
+    TransportError,
+)
+from backline_core.native import get_library
+from backline_core.placement import Controller, Coprocessor, Placement
+from backline_core.session import Session
+
+LOCALITIES = ("inline", "thread", "process")
+IN_PROCESS = ("inline", "thread")
+
+# The Steane [[7,1,3]] X-check matrix; corrections are derived from it, not from the
+# lookup table the decoder uses.
+STEANE_HX = ((1, 1, 1, 1, 0, 0, 0), (0, 1, 1, 0, 1, 1, 0), (0, 0, 1, 1, 0, 1, 1))
+
+
+def steane_expected(syndrome: int) -> int:
+    """Correction mask (bit q = qubit q) for a packed syndrome (bit i = check i)."""
+    bits = tuple((syndrome >> i) & 1 for i in range(3))
+    if not any(bits):
+        return 0
+    (qubit,) = [q for q in range(7) if tuple(row[q] for row in STEANE_HX) == bits]
+    return 1 << qubit
+
+
+def reverse_bytes(decoder_id: int, payload: bytes) -> bytes:
+    return payload[::-1]
+
+
+def multi_functions(locality: str, request: pytest.FixtureRequest) -> list:
+    """echo on decoder_id 0, reverse on 1, steane on 2 (echo binds 0 and 1; reverse overrides 1)."""
+    if locality == "process":  # the serve child needs them by import path
+        mod = request.getfixturevalue("fn_module")
+        return ["echo", f"{mod}:reverse", f"{mod}:steane2"]
+    return [
+        "echo",
+        CoprocessorFunction(name="reverse", python=reverse_bytes, decoder_ids=(1,)),
+        CoprocessorFunction(name="steane2", library=get_library(), symbol="bl_fn_steane", decoder_ids=(2,)),
+    ]
+
+
+def test_steane_expectation_covers_each_qubit_once():
+    masks = [steane_expected(s) for s in range(1, 8)]
+    assert sorted(masks) == [1 << q for q in range(7)]
+    assert steane_expected(0) == 0
+
+
+# ---- rounds ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("locality", LOCALITIES)
+def test_echo_rounds_with_varying_payload_sizes(pair, locality):
+    _, ctl = pair(locality, in_bytes=224, out_bytes=224)  # 224 = default slot_bytes 256 - 32
+    rng = random.Random(20240501)
+    sizes = [0, 1, 2, 7, 8, 31, 32, 33, 63, 64, 65, 127, 128, 200, 223, 224]
+    sizes += [rng.randint(0, 224) for _ in range(100)]
+    for n in sizes:
+        payload = rng.randbytes(n)
+        assert ctl.round(payload) == payload, f"{n}-byte echo"
+    for n in (1, 224, 0, 17):  # echo also serves decoder_id 1
+        payload = rng.randbytes(n)
+        assert ctl.round(payload, decoder_id=1) == payload
+
+
+@pytest.mark.parametrize("locality", LOCALITIES)
+def test_round_into_reuses_refilled_buffers(pair, locality):
+    _, ctl = pair(locality, in_bytes=16, out_bytes=16)
+    buf, out = bytearray(16), bytearray(16)
+    for i in range(300):  # the same objects each round: their native views are reused
+        buf[:] = (i.to_bytes(2, "little") * 8)
+        n = ctl.round_into(buf, out)
+        assert n == 16 and out == buf
+    small = bytearray(b"xyz")
+    assert ctl.round_into(small, out) == 3 and out[:3] == b"xyz"
+    into = bytearray(16)
+    ctl.stage_payload(b"collect-into")
+    ctl.post()
+    assert ctl.collect_into(into) == 12 and into[:12] == b"collect-into"
+
+
+@pytest.mark.parametrize("locality", LOCALITIES)
+def test_steane_decoder_on_all_syndromes(pair, locality):
+    _, ctl = pair(locality, ["steane"], in_bytes=1, out_bytes=1)
+    for decoder_id in (0, 1):  # X and Z checks: Hx == Hz
+        for syndrome in range(8):
+            reply = ctl.round(bytes([syndrome]), decoder_id)
+            assert reply == bytes([steane_expected(syndrome)]), f"syndrome {syndrome:03b} decoder_id {decoder_id}"
+
+
+@pytest.mark.parametrize("locality", LOCALITIES)
+def test_functions_selected_by_decoder_id(pair, locality, request):
+    _, ctl = pair(locality, multi_functions(locality, request), in_bytes=16, out_bytes=16)
+    for i in range(20):
+        payload = bytes(range(i, i + 1 + i % 16))[:16]
+        assert ctl.round(payload, 0) == payload
+        assert ctl.round(payload, 1) == payload[::-1]
+        s = i % 8
+        assert ctl.round(bytes([s]), 2) == bytes([steane_expected(s)])
+
+
+@pytest.mark.parametrize("locality", LOCALITIES)
+def test_last_rtt_and_reply_slot(pair, locality):
+    _, ctl = pair(locality, in_bytes=16, out_bytes=16)
+    assert ctl.last_rtt_ns == 0  # nothing collected yet
+    assert ctl.round(b"first") == b"first"
+    assert ctl.last_rtt_ns > 0
+    ctl.stage_payload(b"in place", decoder_id=0)
+    ctl.post()
+    view = ctl.reply_slot()
+    assert isinstance(view, memoryview)
+    assert len(view) == 8 and bytes(view) == b"in place"
+    assert ctl.last_rtt_ns > 0
+
+
+# ---- pipelining -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("locality", LOCALITIES)
+def test_pipelined_rounds_come_back_in_order(pair, locality):
+    _, ctl = pair(locality, cop_config="slots=8;slot_bytes=128", in_bytes=16, out_bytes=16)
+    assert ctl.geometry["slots"] == 8
+    for rep in range(4):  # several laps of the ring
+        payloads = [f"lap{rep}-round{i}".encode() for i in range(8)]
+        for p in payloads:
+            ctl.stage_payload(p)
+            ctl.post()
+        with pytest.raises(RingFullError, match="8 slots"):
+            ctl.stage_payload(b"one too many")
+        for i, p in enumerate(payloads):
+            got = bytes(ctl.reply_slot()) if i % 2 else ctl.collect()
+            assert got == p, f"lap {rep} reply {i}"
+        with pytest.raises(NothingPostedError):
+            ctl.collect()
+    # partial pipelines interleaved with single rounds
+    for depth in (1, 3, 5, 8):
+        for i in range(depth):
+            ctl.stage_payload(bytes([depth, i]))
+            ctl.post()
+        assert [ctl.collect() for _ in range(depth)] == [bytes([depth, i]) for i in range(depth)]
+        assert ctl.round(b"single") == b"single"
+
+
+# ---- geometry ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("locality", LOCALITIES)
+def test_controller_adopts_coprocessor_geometry(pair, locality):
+    cop, ctl = pair(locality, cop_config="slots=8;slot_bytes=128", in_bytes=96, out_bytes=96)
+    assert ctl.geometry == {"slots": 8, "slot_bytes": 128, "in_bytes": 96, "out_bytes": 96}
+    if isinstance(cop, Session):
+        assert cop.geometry["slots"] == 8 and cop.geometry["slot_bytes"] == 128
+    payload = bytes(range(96))
+    assert ctl.round(payload) == payload  # the largest payload the slot holds
+
+
+@pytest.mark.parametrize("locality", LOCALITIES)
+def test_controller_asking_for_other_slots_is_refused(coprocessor, controller, locality):
+    coprocessor(locality, config="slots=8;slot_bytes=128")
+    with pytest.raises(InvalidArgumentError) as exc:
+        controller("slots=16;slot_bytes=128")
+    msg = str(exc.value)
+    assert "slots=16" in msg and "slots=8" in msg and "coprocessor" in msg, msg
+    ctl = controller()  # the refused session left the key free
+    assert ctl.round(b"ok") == b"ok"
+
+
+def test_controller_repeating_the_coprocessor_geometry_is_accepted(pair):
+    _, ctl = pair("thread", cop_config="slots=8;slot_bytes=128", ctl_config="slots=8;slot_bytes=128")
+    assert ctl.geometry["slots"] == 8 and ctl.round(b"same") == b"same"
+
+
+@pytest.mark.parametrize("ctl_config", ["slots=8", "slot_bytes=128"])
+def test_controller_giving_one_matching_geometry_key_is_accepted(pair, ctl_config):
+    # The controller states only one geometry key, and it matches the coprocessor's ring;
+    # the key it did not give must not be compared against its default.
+    _, ctl = pair("thread", cop_config="slots=8;slot_bytes=128", ctl_config=ctl_config)
+    assert ctl.geometry["slots"] == 8 and ctl.geometry["slot_bytes"] == 128
+    assert ctl.round(b"same") == b"same"
+
+
+# ---- placements and deploy ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("locality", LOCALITIES)
+def test_deploy_single_coprocessor(key, locality):
+    placement = Placement(
+        controller=Controller(),
+        coprocessors=[Coprocessor(name=key, coprocessor_fn="steane", init_args={"locality": locality, "slots": 16})],
+    )
+    with deploy(placement, in_bytes=1, out_bytes=1) as d:
+        s = d.session()
+        assert s is d.session(key)
+        assert s.geometry["slots"] == 16
+        for syndrome in range(8):
+            assert s.round(bytes([syndrome])) == bytes([steane_expected(syndrome)])
+        proc = d.processes.get(key)
+        assert (proc is not None) == (locality == "process")
+        if proc is not None:
+            assert os.path.exists(f"/dev/shm/backline.{key}")
+    assert not d.controller_sessions and not d.coprocessor_sessions and not d.processes
+    with pytest.raises(TransportError):
+        s.round(b"\x01")  # destroyed with the deployment
+    if proc is not None:
+        assert proc.proc.returncode == 0, "the serve process should exit cleanly on SIGTERM"
+    d.close()  # idempotent
+
+
+@pytest.mark.parametrize("locality", IN_PROCESS)
+def test_deploy_python_callable(key, locality):
+    placement = Placement(controller=Controller(), coprocessors=[
+        Coprocessor(name=key, coprocessor_fn=reverse_bytes, init_args={"locality": locality})])
+    with deploy(placement, in_bytes=8, out_bytes=8) as d:
+        assert d.session().round(b"abcdef") == b"fedcba"
+
+
+def test_deploy_two_coprocessors_needs_a_name(key):
+    a, b = f"{key}-a", f"{key}-b"
+    placement = Placement(controller=Controller(), coprocessors=[
+        Coprocessor(name=a, coprocessor_fn="echo", init_args={"locality": "thread"}),
+        Coprocessor(name=b, coprocessor_fn="steane", init_args={"locality": "process"}),
+    ])
+    with deploy(placement, in_bytes=8, out_bytes=8) as d:
+        with pytest.raises(PlacementError, match="2 coprocessors") as exc:
+            d.session()
+        assert a in str(exc.value) and b in str(exc.value)
+        with pytest.raises(PlacementError, match="nosuch"):
+            d.session("nosuch")
+        assert d.session(a).round(b"to a") == b"to a"
+        for syndrome in range(8):
+            assert d.session(b).round(bytes([syndrome])) == bytes([steane_expected(syndrome)])
+        assert d.session(a) is not d.session(b)
+        assert os.path.exists(f"/dev/shm/backline.{b}")
+
+
+def test_deploy_process_python_function_keeps_its_decoder_ids(key, fn_module, monkeypatch, tmp_path):
+    # A Python CoprocessorFunction bound to decoder_id 1, served by a child process: the
+    # child must bind it to the same decoder_id as an in-process coprocessor would.
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reverse = importlib.import_module(fn_module).reverse
+    assert reverse.decoder_ids == (1,)
+    placement = Placement(controller=Controller(), coprocessors=[
+        Coprocessor(name=key, coprocessor_fn=reverse, init_args={"locality": "process"})])
+    with deploy(placement, in_bytes=8, out_bytes=8) as d:
+        assert d.session().round(b"abc", decoder_id=1) == b"cba"
+
+
+def test_coprocessor_process_serves_python_functions(key, fn_module, controller):
+    proc = CoprocessorProcess("memcpy", key, ["echo", f"{fn_module}:reverse"], "locality=process")
+    try:
+        ctl = controller()
+        assert ctl.round(b"abc", 0) == b"abc" and ctl.round(b"abc", 1) == b"cba"
+        ctl.destroy()
+    finally:
+        assert proc.terminate() == 0
+
+
+# ---- soak ---------------------------------------------------------------------------------------
+
+
+def _bench_cpus() -> tuple[int | None, int | None]:
+    cpus = sorted(os.sched_getaffinity(0))
+    return (cpus[0], cpus[1]) if len(cpus) >= 2 else (None, None)
+
+
+@pytest.mark.parametrize("locality", ["thread", "process"])
+def test_soak_200k_echo_rounds(locality, no_new_shm):
+    ctl_cpu, cop_cpu = _bench_cpus()
+    cfg = bench.BenchConfig(locality=locality, rounds=200_000, block=50_000, controller_cpu=ctl_cpu,
+                            coprocessor_cpu=cop_cpu)
+    result = bench.run(cfg)
+    assert result.lost == 0
+    assert result.mismatched == 0
+    assert result.framework.rtt_ns.size == 200_000 - 1
+    assert result.floor.rtt_ns.size == 200_000 - 1
