@@ -65,28 +65,35 @@ BL_API int32_t bl_bench_rounds(bl_session *s, bl_bench_config *cfg, uint64_t *rt
     return res->first_error;
 }
 
-/* ---- the floor: a bare seq-last ping-pong over two cache-line-aligned buffers ---- */
+/* ---- the floor: a bare seq-last ping-pong, with nothing of the framework in the path ----
+ * It moves the same bytes through the same memory pattern as a session's rings (FLOOR_SLOTS
+ * slots used in turn, each a 64-byte-aligned seq word followed by the payload), so the
+ * ratio isolates what the framework's code adds: headers, dispatch, state checks, hooks. */
+
+#define FLOOR_SLOTS 64u
 
 struct floor_pair {
-    uint64_t req_seq __attribute__((aligned(64)));
-    uint8_t req[4096 - 8];
-    uint64_t rep_seq __attribute__((aligned(64)));
-    uint8_t rep[4096 - 8];
+    uint8_t *req, *rep; /* FLOOR_SLOTS slots of `stride` bytes each */
+    uint32_t stride, bytes;
     volatile int stop __attribute__((aligned(64)));
-    uint32_t bytes;
-    int cpu;
 };
+
+static inline uint64_t *floor_seq(uint8_t *ring, const struct floor_pair *f, uint64_t seq) {
+    return (uint64_t *)(ring + (size_t)((seq - 1) & (FLOOR_SLOTS - 1)) * f->stride);
+}
 
 static void *floor_responder(void *arg) {
     struct floor_pair *f = arg;
     uint64_t next = 1;
     while (!f->stop) {
-        if (bl__load_acquire(&f->req_seq) != next) {
+        uint64_t *q = floor_seq(f->req, f, next);
+        if (bl__load_acquire(q) != next) {
             bl_cpu_relax();
             continue;
         }
-        memcpy(f->rep, f->req, f->bytes);
-        bl__store_release(&f->rep_seq, next);
+        uint64_t *r = floor_seq(f->rep, f, next);
+        memcpy(r + 1, q + 1, f->bytes);
+        bl__store_release(r, next);
         ++next;
     }
     return NULL;
@@ -94,11 +101,22 @@ static void *floor_responder(void *arg) {
 
 BL_API int32_t bl_bench_floor(bl_bench_config *cfg, int32_t responder_cpu, uint64_t *rtt_ns, bl_bench_result *res) {
     memset(res, 0, sizeof *res);
-    if (cfg->payload_bytes > sizeof(((struct floor_pair *)0)->req)) return BL_ETOOBIG;
+    if (cfg->payload_bytes > (1u << 20)) return BL_ETOOBIG;
     struct floor_pair *f = aligned_alloc(64, sizeof *f);
     if (!f) return BL_ENOMEM;
     memset(f, 0, sizeof *f);
     f->bytes = cfg->payload_bytes;
+    f->stride = (8 + cfg->payload_bytes + 63) & ~63u;
+    f->req = aligned_alloc(64, (size_t)FLOOR_SLOTS * f->stride);
+    f->rep = aligned_alloc(64, (size_t)FLOOR_SLOTS * f->stride);
+    if (!f->req || !f->rep) {
+        free(f->req);
+        free(f->rep);
+        free(f);
+        return BL_ENOMEM;
+    }
+    memset(f->req, 0, (size_t)FLOOR_SLOTS * f->stride);
+    memset(f->rep, 0, (size_t)FLOOR_SLOTS * f->stride);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     if (responder_cpu >= 0) {
@@ -111,6 +129,8 @@ BL_API int32_t bl_bench_floor(bl_bench_config *cfg, int32_t responder_cpu, uint6
     int prc = pthread_create(&t, &attr, floor_responder, f);
     pthread_attr_destroy(&attr);
     if (prc) {
+        free(f->req);
+        free(f->rep);
         free(f);
         return BL_EBACKEND;
     }
@@ -119,11 +139,12 @@ BL_API int32_t bl_bench_floor(bl_bench_config *cfg, int32_t responder_cpu, uint6
         uint64_t i = cfg->first_round + k, seq = k + 1;
         const uint8_t *p = payload_for(cfg, i, scratch);
         wait_gap(cfg);
-        memcpy(f->req, p, cfg->payload_bytes);
+        uint64_t *q = floor_seq(f->req, f, seq), *r = floor_seq(f->rep, f, seq);
+        memcpy(q + 1, p, cfg->payload_bytes);
         uint64_t t0 = bl__now(); /* after staging, like the framework's post timestamp */
-        bl__store_release(&f->req_seq, seq);
+        bl__store_release(q, seq);
         uint64_t deadline = 0;
-        for (uint32_t spins = 0; bl__load_acquire(&f->rep_seq) != seq;) {
+        for (uint32_t spins = 0; bl__load_acquire(r) != seq;) {
             bl_cpu_relax();
             if ((++spins & 0xffff) == 0) {
                 uint64_t now = bl__now();
@@ -131,18 +152,20 @@ BL_API int32_t bl_bench_floor(bl_bench_config *cfg, int32_t responder_cpu, uint6
                 else if (now > deadline) break;
             }
         }
-        if (bl__load_acquire(&f->rep_seq) != seq) {
+        if (bl__load_acquire(r) != seq) {
             res->lost++;
             res->first_error = BL_ETIMEOUT;
             break;
         }
         rtt_ns[k] = bl__now() - t0;
-        if (memcmp(f->rep, p, cfg->payload_bytes) != 0) res->mismatched++;
+        if (memcmp(r + 1, p, cfg->payload_bytes) != 0) res->mismatched++;
         res->done++;
     }
     f->stop = 1;
     pthread_join(t, NULL);
     free(scratch);
+    free(f->req);
+    free(f->rep);
     free(f);
     return res->first_error;
 }
