@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -94,7 +94,7 @@ class BenchResult:
     native: Series | None = None  # with driver="python": the native driver in the same run
     lost: int = 0
     mismatched: int = 0
-    timeline: list[str] = field(default_factory=list)
+    timer_resolution_ns: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         steady, floor = self.framework.stats(), self.floor.stats()
@@ -104,7 +104,9 @@ class BenchResult:
             "round0_ns": self.round0_ns,
             "steady": steady,
             "floor": floor,
-            "ratio": {"median": steady["median_ns"] / floor["median_ns"], "p99": steady["p99_ns"] / floor["p99_ns"]},
+            "ratio": {"median": steady["median_ns"] / floor["median_ns"], "p99": steady["p99_ns"] / floor["p99_ns"],
+                      "mean": steady["mean_ns"] / floor["mean_ns"]},
+            "timer_resolution_ns": self.timer_resolution_ns,
             "lost": self.lost,
             "mismatched": self.mismatched,
         }
@@ -288,6 +290,7 @@ def _measure(cfg: BenchConfig, session: Any, report: Callable[[str], None]) -> B
         native=Series(f"{cfg.transport}/{cfg.locality} (native driver)", native) if native is not None else None,
         lost=runner.lost,
         mismatched=runner.mismatched,
+        timer_resolution_ns=float(lib.bl_bench_timer_resolution_ns()),
     )
 
 
@@ -310,7 +313,8 @@ def format_report(result: BenchResult) -> str:
             f"{s['p999_ns'] / 1e3:9.3f}{s['p9999_ns'] / 1e3:9.3f}{s['p99999_ns'] / 1e3:9.3f}{s['max_ns'] / 1e3:10.3f}"
         )
     data = result.to_json()
-    lines.append(f"framework/floor: median {data['ratio']['median']:.3f}x, P99 {data['ratio']['p99']:.3f}x")
+    lines.append(f"framework/floor: median {data['ratio']['median']:.3f}x, P99 {data['ratio']['p99']:.3f}x, "
+                 f"mean {data['ratio']['mean']:.3f}x (timer resolution {result.timer_resolution_ns:.1f} ns)")
     if "python_adds_median_ns" in data:
         lines.append(f"Python driver adds {data['python_adds_median_ns'] / 1e3:+.3f} us to the median over the native driver")
     check = "every payload checked" if cfg.coprocessor_fn in ("echo", "steane") else "payloads not checked"

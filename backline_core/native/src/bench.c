@@ -15,6 +15,27 @@ BL_API uint32_t bl_lfsr_next(uint32_t l) {
     return (l << 1) | bit;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+BL_API double bl_bench_timer_resolution_ns(void) {
+    /* The median step between changing readings: some virtual TSCs advance in coarse
+     * steps with rare odd ones, so the minimum would overstate the resolution. */
+    enum { N = 4001 };
+    static uint64_t steps[N];
+    bl__calibrate_ticks();
+    for (int i = 0; i < N; ++i) {
+        uint64_t a = bl__ticks(), b;
+        while ((b = bl__ticks()) == a) {
+        }
+        steps[i] = b - a;
+    }
+    qsort(steps, N, sizeof steps[0], cmp_u64);
+    return (double)steps[N / 2] * bl__ns_per_tick;
+}
+
 static inline void wait_gap(bl_bench_config *cfg) {
     if (cfg->cadence != BL_CADENCE_RANDOM_DELAYED) return;
     cfg->lfsr = bl_lfsr_next(cfg->lfsr);
@@ -101,6 +122,7 @@ static void *floor_responder(void *arg) {
 
 BL_API int32_t bl_bench_floor(bl_bench_config *cfg, int32_t responder_cpu, uint64_t *rtt_ns, bl_bench_result *res) {
     memset(res, 0, sizeof *res);
+    bl__calibrate_ticks();
     if (cfg->payload_bytes > (1u << 20)) return BL_ETOOBIG;
     struct floor_pair *f = aligned_alloc(64, sizeof *f);
     if (!f) return BL_ENOMEM;
@@ -141,7 +163,7 @@ BL_API int32_t bl_bench_floor(bl_bench_config *cfg, int32_t responder_cpu, uint6
         wait_gap(cfg);
         uint64_t *q = floor_seq(f->req, f, seq), *r = floor_seq(f->rep, f, seq);
         memcpy(q + 1, p, cfg->payload_bytes);
-        uint64_t t0 = bl__now(); /* after staging, like the framework's post timestamp */
+        uint64_t t0 = bl__ticks(); /* after staging, like the framework's post timestamp */
         bl__store_release(q, seq);
         uint64_t deadline = 0;
         for (uint32_t spins = 0; bl__load_acquire(r) != seq;) {
@@ -157,7 +179,7 @@ BL_API int32_t bl_bench_floor(bl_bench_config *cfg, int32_t responder_cpu, uint6
             res->first_error = BL_ETIMEOUT;
             break;
         }
-        rtt_ns[k] = bl__now() - t0;
+        rtt_ns[k] = bl__ticks_to_ns(bl__ticks() - t0);
         if (memcmp(r + 1, p, cfg->payload_bytes) != 0) res->mismatched++;
         res->done++;
     }

@@ -31,6 +31,27 @@ static inline void bl__store_release(uint64_t *p, uint64_t v) {
     __atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 
+/* Round-trip timestamps: the CPU's constant-rate counter where there is one (sub-ns
+ * resolution, a few ns to read), converted with a factor calibrated once against
+ * CLOCK_MONOTONIC. clock_gettime here costs ~20 ns and steps in 10 ns, too coarse for
+ * 100 ns rounds. Deadlines keep using bl__now(). */
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+static inline uint64_t bl__ticks(void) { return __rdtsc(); }
+#elif defined(__aarch64__)
+static inline uint64_t bl__ticks(void) {
+    uint64_t v;
+    __asm__ __volatile__("isb; mrs %0, cntvct_el0" : "=r"(v));
+    return v;
+}
+#else
+static inline uint64_t bl__ticks(void) { return bl__now(); }
+#endif
+
+extern double bl__ns_per_tick;
+void bl__calibrate_ticks(void);
+static inline uint64_t bl__ticks_to_ns(uint64_t ticks) { return (uint64_t)((double)ticks * bl__ns_per_tick + 0.5); }
+
 int bl__pin_current_thread(int cpu);
 
 #endif

@@ -112,6 +112,20 @@ BL_API const char *bl_status_name(int32_t status) {
 }
 
 BL_API int32_t bl_abi_version(void) { return BACKLINE_ABI_VERSION; }
+
+double bl__ns_per_tick = 1.0;
+static pthread_once_t ticks_once = PTHREAD_ONCE_INIT;
+
+static void calibrate(void) {
+    uint64_t n0 = bl__now(), t0 = bl__ticks(), n1, t1;
+    do {
+        n1 = bl__now();
+        t1 = bl__ticks();
+    } while (n1 - n0 < 2000000); /* 2 ms: the factor is then good to ~1e-5 */
+    if (t1 > t0) bl__ns_per_tick = (double)(n1 - n0) / (double)(t1 - t0);
+}
+
+void bl__calibrate_ticks(void) { pthread_once(&ticks_once, calibrate); }
 BL_API uint64_t bl_now_ns(void) { return bl__now(); }
 
 static const char *role_name(int32_t role) {
@@ -293,6 +307,7 @@ BL_API int32_t bl_session_create(const char *backend_lib, int32_t role, const ch
         return fail(BL_EABI, "backend '%s' leaves a required hook NULL", backend_lib);
     }
 
+    bl__calibrate_ticks();
     bl_session *s = calloc(1, sizeof *s);
     if (!s) {
         dlclose(dl);
@@ -561,7 +576,7 @@ BL_API int32_t bl_post(bl_session *s) {
     if (BL_UNLIKELY(s->staged != seq))
         return fail(BL_ESTATE, "post (controller '%s'): nothing staged; call stage_payload before each post", s->key);
     uint32_t slot = (uint32_t)((seq - 1) & s->mask);
-    s->post_time[slot] = bl__now();
+    s->post_time[slot] = bl__ticks();
     bl__store_release((uint64_t *)(s->tx_ring + (size_t)slot * s->slot_bytes), seq);
     s->posted = seq;
     if (s->ch.doorbell) ring_doorbell(s);
@@ -610,7 +625,7 @@ static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header
             }
         }
     }
-    s->last_rtt = bl__now() - s->post_time[slot];
+    s->last_rtt = bl__ticks_to_ns(bl__ticks() - s->post_time[slot]);
     s->collected = seq;
     if (BL_UNLIKELY(h->status != BL_OK)) {
         if (h->status == BL_EDECODER)

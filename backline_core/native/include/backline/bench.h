@@ -43,6 +43,8 @@ typedef struct bl_bench_result {
 } bl_bench_result;
 
 BL_API uint32_t bl_lfsr_next(uint32_t state);
+/* Typical (median) step of the round-trip clock, in ns: its resolution on this machine. */
+BL_API double bl_bench_timer_resolution_ns(void);
 BL_API int32_t bl_bench_rounds(bl_session *s, bl_bench_config *cfg, uint64_t *rtt_ns, bl_bench_result *res);
 BL_API int32_t bl_bench_floor(bl_bench_config *cfg, int32_t responder_cpu, uint64_t *rtt_ns, bl_bench_result *res);
 
