@@ -40,7 +40,8 @@ from backline_core.native import check, ffi, last_error, lib
 from backline_core.session import Session
 
 REPO = Path(__file__).resolve().parents[2]
-STEANE_NPZ = REPO.parent / "shared" / "data" / "codes" / "steane.npz"
+# The project's shared data sits beside the checkout; BACKLINE_SHARED points elsewhere.
+STEANE_NPZ = Path(os.environ.get("BACKLINE_SHARED", REPO.parent / "shared")) / "data" / "codes" / "steane.npz"
 
 # The Steane code's X checks (Hz is the same matrix).
 HX = np.array(
