@@ -23,7 +23,10 @@ from typing import Any
 import cffi
 import pytest
 
+import backline_core.plugins as plugins
 from backline_core import get_include
+from backline_core.coprocessor_function import CoprocessorFunction
+from backline_core.hookspecs import Decoder, Transport, hookimpl
 from backline_core.builtins import echo, steane
 from backline_core.session import Session
 
@@ -392,3 +395,45 @@ def pairs(stub_backend: StubBackend):
     # Every backend instance the core opened was closed, and every ring freed.
     assert stub_backend.lib.tb_open_count() == 0
     assert stub_backend.lib.tb_region_count() == 0
+
+
+# ---- plugins for placement tests, registered in process (no entry points needed) ----
+
+class PlacementTestPlugin:
+    @hookimpl
+    def backline_transports(self):
+        return [
+            Transport(
+                name="shm",
+                summary="test shared memory",
+                serves=(("cpu", "controller"), ("cpu", "coprocessor"), ("gpu", "coprocessor")),
+                library=lambda h, r: "/nonexistent.so",
+                init_args={"locality": "thread or process", "cpu": "core to pin to"},
+            ),
+            Transport(
+                name="net",
+                summary="test network",
+                serves=(("cpu", "controller"), ("fpga", "controller"), ("cpu", "coprocessor"), ("gpu", "coprocessor")),
+                library=lambda h, r: "/nonexistent.so",
+                needs_endpoint=True,
+            ),
+        ]
+
+    @hookimpl
+    def backline_decoders(self):
+        return [
+            Decoder(
+                name="lookup",
+                summary="t",
+                build=lambda **kw: CoprocessorFunction(name="lookup", library="/x.so", symbol="fn"),
+            )
+        ]
+
+
+@pytest.fixture
+def placement_plugins():
+    """Test transports ``shm`` and ``net`` (needs an endpoint) and a decoder ``lookup``."""
+    plugin = PlacementTestPlugin()
+    plugins.register(plugin)
+    yield plugin
+    plugins.unregister(plugin)

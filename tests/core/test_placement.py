@@ -1,7 +1,7 @@
 """The placement model: validation, defaults, immutability, equality and hashing.
 
 Runs with only the core installed: the transports and decoder it needs are registered
-in process by the ``test_plugins`` fixture instead of coming from entry points.
+in process by the ``placement_plugins`` fixture (conftest.py) instead of coming from entry points.
 """
 
 from __future__ import annotations
@@ -12,50 +12,13 @@ import pickle
 
 import pytest
 
-import backline_core.plugins as plugins
 from backline_core.coprocessor_function import CoprocessorFunction
 from backline_core.errors import PlacementError, UnknownPluginError
-from backline_core.hookspecs import Decoder, Transport, hookimpl
+from backline_core.hookspecs import Transport
 from backline_core.placement import Controller, Coprocessor, Endpoint, Node, Placement
 
 
-class _TestPlugin:
-    @hookimpl
-    def backline_transports(self):
-        return [
-            Transport(
-                name="shm",
-                summary="test shared memory",
-                serves=(("cpu", "controller"), ("cpu", "coprocessor"), ("gpu", "coprocessor")),
-                library=lambda h, r: "/nonexistent.so",
-                init_args={"locality": "thread or process", "cpu": "core to pin to"},
-            ),
-            Transport(
-                name="net",
-                summary="test network",
-                serves=(("cpu", "controller"), ("fpga", "controller"), ("cpu", "coprocessor"), ("gpu", "coprocessor")),
-                library=lambda h, r: "/nonexistent.so",
-                needs_endpoint=True,
-            ),
-        ]
-
-    @hookimpl
-    def backline_decoders(self):
-        return [
-            Decoder(
-                name="lookup",
-                summary="t",
-                build=lambda **kw: CoprocessorFunction(name="lookup", library="/x.so", symbol="fn"),
-            )
-        ]
-
-
-@pytest.fixture(autouse=True)
-def registered_plugins():
-    plugin = _TestPlugin()
-    plugins.register(plugin)
-    yield plugin
-    plugins.unregister(plugin)
+pytestmark = pytest.mark.usefixtures("placement_plugins")
 
 
 def echo(decoder_id: int, payload: bytes) -> bytes:
