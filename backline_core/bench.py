@@ -144,6 +144,7 @@ class _Runner:
         self.c.gap_base_ns = cfg.gap_ns
         self.c.gap_span_mask = cfg.gap_span
         self.res = ffi.new("bl_bench_result *")
+        self.lost = self.mismatched = 0
         self.tables: list[Any] = []
         self.payloads: list[bytes] = []
         self.expected: list[bytes] = []
@@ -172,9 +173,6 @@ class _Runner:
         lib.bl_bench_floor(self.c, cpu, ffi.from_buffer("uint64_t[]", out), self.res)
         if self.res.lost:
             raise BacklineError("the floor ping-pong timed out: is the responder CPU available?")
-
-    lost = 0
-    mismatched = 0
 
     def _account(self, n: int) -> None:
         self.lost += self.res.lost

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import os
 import select
 import signal
 import subprocess
@@ -162,8 +161,3 @@ class Deployment:
 def deploy(placement: Placement, *, in_bytes: int, out_bytes: int) -> Deployment:
     """Bring up ``placement``'s sessions; use as a context manager."""
     return Deployment(placement, in_bytes=in_bytes, out_bytes=out_bytes)
-
-
-def cpu_count() -> int:
-    """CPUs this process may run on."""
-    return len(os.sched_getaffinity(0))
