@@ -49,11 +49,21 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         rounds=args.rounds, payload_bytes=args.payload_bytes, cadence=args.cadence, gap_ns=args.gap_ns,
         gap_span=args.gap_span, seed=args.seed, controller_cpu=_cpu(args.controller_cpu),
         coprocessor_cpu=_cpu(args.coprocessor_cpu), driver=args.driver, block=args.block, warmup=args.warmup,
-        progress=not args.no_progress,
+        progress=not args.no_progress, code=args.code, error_rate=args.error_rate, decoder_id=args.decoder_id,
+        decoder_params=_params(args.decoder_param),
     )
     result = bench.run(cfg, report=bench.stderr_report)
     print(bench.main_report(result, args.json, args.plot))
     return 0 if result.lost == 0 and result.mismatched == 0 else 1
+
+
+def _params(items: Sequence[str]) -> dict[str, str]:
+    from .config import parse_config
+
+    try:
+        return parse_config(";".join(items))
+    except ValueError as exc:
+        raise BacklineError(f"--decoder-param: {exc}") from None
 
 
 def _cpu(text: str) -> int | None:
@@ -61,11 +71,17 @@ def _cpu(text: str) -> int | None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from .coprocessor_function import load_import_path
+    from .coprocessor_function import CoprocessorFunction, load_import_path
     from .session import Session
 
     bindings = []
     for spec in args.fn:
+        if spec.startswith("{"):
+            try:
+                bindings.append(CoprocessorFunction.from_dict(json.loads(spec)))
+            except json.JSONDecodeError as exc:
+                raise BacklineError(f"--fn: not a JSON CoprocessorFunction description: {exc}") from None
+            continue
         name, _, ids = spec.partition("@")
         try:
             decoder_ids = [int(i) for i in ids.split(",")] if ids else None
@@ -101,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     b.add_argument("--transport", default="memcpy")
     b.add_argument("--locality", default="thread", help="inline, thread or process (memcpy)")
-    b.add_argument("--coprocessor-fn", default="echo", help="decoder name (echo and steane replies are checked)")
+    b.add_argument("--coprocessor-fn", default="echo", help="decoder plugin name; every reply is checked")
     b.add_argument("--rounds", type=int, default=1_000_000)
     b.add_argument("--payload-bytes", type=int, default=8)
     b.add_argument("--cadence", default="b2b", choices=("b2b", "random-delayed"))
@@ -112,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--controller-cpu", default="0", help="CPU for the issuing thread, or none")
     b.add_argument("--coprocessor-cpu", default="1", help="CPU for the coprocessor and the floor responder, or none")
     b.add_argument("--driver", default="native", choices=("native", "python"))
+    b.add_argument("--code", metavar="NPZ", help="CSS code (Hx, Hz) for a decoder such as bposd; payloads become "
+                   "syndromes of random errors and --payload-bytes follows the code")
+    b.add_argument("--error-rate", type=float, default=0.05, help="with --code: independent bit-flip probability")
+    b.add_argument("--decoder-id", type=int, default=0, help="decoder_id of every round (with --code: 0 = Hx, 1 = Hz)")
+    b.add_argument("--decoder-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="passed to the decoder plugin's build() (repeatable)")
     b.add_argument("--block", type=int, default=50_000, help="rounds per interleaved block")
     b.add_argument("--warmup", type=int, default=16, help="unrecorded rounds at the start of each block")
     b.add_argument("--json", metavar="FILE", help="write the statistics as JSON")
@@ -125,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--key", required=True, help="session key the controller pairs on")
     s.add_argument("--fn", action="append", required=True,
                    help="decoder name or module:function, optionally @id,id to choose the decoder_ids "
-                        "(default: those it declares); repeatable")
+                        "(default: those it declares), or a native CoprocessorFunction as JSON; repeatable")
     s.add_argument("--transport", default="memcpy")
     s.add_argument("--hardware", default="cpu")
     s.add_argument("--config", default="", help="k=v;k=v (locality defaults to process)")

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import select
 import signal
 import subprocess
@@ -75,18 +76,15 @@ class CoprocessorProcess:
 
 
 def _function_spec(fn: object) -> str:
-    """How a serve process names a coprocessor function on its command line:
-    ``name`` or ``module:function``, then ``@id,id`` for the decoder_ids it binds."""
+    """How a serve process is told a coprocessor function on its command line: a decoder
+    name or ``module:function`` followed by ``@id,id``, or a native function as JSON."""
     function = resolve_function(fn)
     if isinstance(fn, str):
         name = fn
     elif function.python is not None:
         name = function.to_dict()["python"]
     else:
-        raise PlacementError(
-            f"coprocessor function {function.name!r} is a native CoprocessorFunction object; a locality=process "
-            "coprocessor needs it by decoder name (register it as a decoder plugin) or as a module:function"
-        )
+        return json.dumps(function.to_dict(), separators=(",", ":"))
     return f"{name}@{','.join(map(str, function.decoder_ids))}"
 
 

@@ -14,34 +14,18 @@ set_coprocessor_fn (coprocessor), start, rounds, stop, destroy.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Any
 
 from . import plugins
 from .coprocessor_function import CoprocessorFunction
-from .errors import InvalidArgumentError, LifecycleError, PlacementError, TransportError
-from .native import check, ffi, lib, load_symbol
+from .errors import InvalidArgumentError, LifecycleError, PlacementError
+from .bound_function import BoundFunction
+from .native import check, ffi, lib
 
 ROLES = {"controller": 0, "coprocessor": 1}
 
-_log = logging.getLogger(__name__)
 _bl_round = lib.bl_round  # bound once: the Python round path is per-round
-
-
-@ffi.def_extern()
-def bl_py_coprocessor_fn(ctx, decoder_id, data, length, out, out_cap, out_len):  # pragma: no cover - called from C
-    fn = ffi.from_handle(ctx)
-    try:
-        reply = bytes(fn(int(decoder_id), bytes(ffi.buffer(data, length))))
-    except Exception:  # the round fails with BL_EFN; the coprocessor keeps serving
-        _log.exception("Python coprocessor function %r failed on decoder_id %d", fn, decoder_id)
-        return 1
-    if len(reply) > out_cap:
-        return 2
-    ffi.memmove(out, reply, len(reply))
-    out_len[0] = len(reply)
-    return 0
 
 
 def resolve_function(fn: str | CoprocessorFunction | Any) -> CoprocessorFunction:
@@ -65,8 +49,7 @@ class Session:
         check(lib.bl_session_create(backend_library.encode(), ROLES[role], key.encode(), config.encode(), out))
         self._s = out[0]
         self.role, self.key, self.config = role, key, config
-        self._keep: list[Any] = []  # handles and native contexts that must outlive the session
-        self._finis: list[tuple[Any, Any]] = []
+        self._bound: list[BoundFunction] = []  # functions (and contexts) that must outlive the session
         self._out = ffi.new("uint8_t[]", 1)
         self._out_len = ffi.new("uint32_t *")
         self._reply_ptr = ffi.new("const uint8_t **")
@@ -134,23 +117,9 @@ class Session:
         """Coprocessor: bind ``fn`` to ``decoder_ids`` (default: the ids the function declares)."""
         function = resolve_function(fn)
         ids = tuple(function.decoder_ids if decoder_ids is None else decoder_ids)
-        if function.python is not None:
-            handle = ffi.new_handle(function.python)
-            self._keep.append(handle)
-            cfn, ctx = lib.bl_py_coprocessor_fn, handle
-        else:
-            cfn = load_symbol(function.library, function.symbol)
-            ctx = ffi.NULL
-            if function.init_symbol:
-                init = load_symbol(function.library, function.init_symbol, "bl_fn_init")
-                ctx_out = ffi.new("void **")
-                params = ffi.from_buffer(function.context) if function.context else ffi.NULL
-                rc = init(params, len(function.context), ctx_out)
-                if rc != 0:
-                    raise TransportError(f"{function.name}: {function.init_symbol} returned {rc} building its context")
-                ctx = ctx_out[0]
-                if function.fini_symbol:
-                    self._finis.append((load_symbol(function.library, function.fini_symbol, "bl_fn_fini"), ctx))
+        bound = BoundFunction(function)
+        self._bound.append(bound)
+        cfn, ctx = bound.fn, bound.ctx
         for decoder_id in ids:
             check(lib.bl_set_coprocessor_fn(self._handle(), decoder_id, cfn, ctx))
         return function
@@ -171,10 +140,9 @@ class Session:
         try:
             check(lib.bl_destroy(s))
         finally:
-            for fini, ctx in self._finis:
-                fini(ctx)
-            self._finis.clear()
-            self._keep.clear()
+            for bound in self._bound:
+                bound.close()
+            self._bound.clear()
 
     def __enter__(self) -> Session:
         return self

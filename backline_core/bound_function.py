@@ -1,0 +1,82 @@
+"""A CoprocessorFunction made callable: native symbol and context loaded, or a Python callable.
+
+Sessions bind these to decoder_ids; the benchmark and tests call them directly to know
+what a coprocessor must answer.
+
+>>> from backline_core.builtins import steane
+>>> with BoundFunction(steane()) as fn:
+...     fn(0, bytes([0b010])).hex()
+'10'
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .coprocessor_function import CoprocessorFunction
+from .errors import FunctionError, TransportError
+from .native import ffi, lib, load_symbol
+
+_log = logging.getLogger(__name__)
+
+
+@ffi.def_extern()
+def bl_py_coprocessor_fn(ctx, decoder_id, data, length, out, out_cap, out_len):  # pragma: no cover - called from C
+    fn = ffi.from_handle(ctx)
+    try:
+        reply = bytes(fn(int(decoder_id), bytes(ffi.buffer(data, length))))
+    except Exception:  # the round fails with BL_EFN; the coprocessor keeps serving
+        _log.exception("Python coprocessor function %r failed on decoder_id %d", fn, decoder_id)
+        return 1
+    if len(reply) > out_cap:
+        return 2
+    ffi.memmove(out, reply, len(reply))
+    out_len[0] = len(reply)
+    return 0
+
+
+class BoundFunction:
+    """The native ``(fn, ctx)`` pair of a CoprocessorFunction; owns ``ctx`` until closed."""
+
+    def __init__(self, function: CoprocessorFunction) -> None:
+        self.function = function
+        self._fini: Any = None
+        if function.python is not None:
+            self._handle = ffi.new_handle(function.python)  # keeps the callable reachable from C
+            self.fn, self.ctx = lib.bl_py_coprocessor_fn, self._handle
+            return
+        self.fn = load_symbol(function.library, function.symbol)
+        self.ctx = ffi.NULL
+        if function.init_symbol:
+            init = load_symbol(function.library, function.init_symbol, "bl_fn_init")
+            ctx_out = ffi.new("void **")
+            params = ffi.from_buffer(function.context) if function.context else ffi.NULL
+            rc = init(params, len(function.context), ctx_out)
+            if rc != 0:
+                raise TransportError(f"{function.name}: {function.init_symbol} returned {rc} building its context")
+            self.ctx = ctx_out[0]
+            if function.fini_symbol:
+                self._fini = load_symbol(function.library, function.fini_symbol, "bl_fn_fini")
+
+    def __call__(self, decoder_id: int, payload: bytes, out_cap: int = 65536) -> bytes:
+        """Run the function on one message in this thread; raise FunctionError on failure."""
+        out = ffi.new("uint8_t[]", out_cap)
+        out_len = ffi.new("uint32_t *")
+        rc = self.fn(self.ctx, decoder_id, ffi.from_buffer(payload), len(payload), out, out_cap, out_len)
+        if rc != 0:
+            raise FunctionError(f"{self.function.name} returned {rc} for decoder_id {decoder_id}", code=-11,
+                                status="BL_EFN")
+        return bytes(ffi.buffer(out, out_len[0]))
+
+    def close(self) -> None:
+        """Free the native context (idempotent)."""
+        if self._fini is not None and self.ctx != ffi.NULL:
+            self._fini(self.ctx)
+        self._fini, self.ctx = None, ffi.NULL
+
+    def __enter__(self) -> BoundFunction:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
