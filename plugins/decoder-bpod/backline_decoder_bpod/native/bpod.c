@@ -1,0 +1,512 @@
+/*
+ * BP+OSD decoding of one binary parity-check matrix, allocation-free per decode.
+ *
+ * Belief propagation (min-sum or product-sum, flooding schedule) runs on the Tanner graph
+ * in CSR form; if its hard decision does not satisfy the syndrome, ordered-statistics
+ * decoding picks an information set greedily in order of the posterior log-likelihoods
+ * (most-likely-flipped first), solves on it with bit-packed GF(2) elimination (OSD-0),
+ * and optionally sweeps flips of the remaining columns (OSD-CS, OSD-E) for the solution
+ * with the least cost sum(log 1/p_i). Floating-point sums follow a fixed order (see the
+ * comments) so results are reproducible bit for bit.
+ */
+#define _GNU_SOURCE
+#include "bpod.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { BP_MIN_SUM = 0, BP_PRODUCT_SUM = 1 };
+enum { OSD_NONE = 0, OSD_0 = 1, OSD_CS = 2, OSD_E = 3 };
+
+struct bpod_decoder {
+    uint32_t m, n, nnz;
+    uint32_t bp_method, max_iter, osd_method, osd_order;
+    double ms_scaling;
+    /* Tanner graph: edge e = CSR position (row ascending, column ascending in a row). */
+    uint32_t *row_ptr, *col_idx;   /* m+1, nnz */
+    uint32_t *edge_row;            /* nnz */
+    uint32_t *col_ptr, *col_edges; /* n+1, nnz: edges of each column, row ascending */
+    double *init_llr, *cost;       /* n: log((1-p)/p), log(1/p) */
+    /* BP state */
+    double *b2c, *c2b, *llr, *aux; /* nnz, nnz, n, nnz (product-sum: tanh values) */
+    uint8_t *syndrome, *hard;      /* m, n */
+    uint32_t iterations;
+    /* OSD state, bit-packed over rows (words_m) and over pivots (words_p) */
+    uint32_t words_m, words_p, rank_cap;
+    uint64_t *colbits;             /* n * words_m: column j of H */
+    uint64_t *basis_vec;           /* rank_cap * words_m */
+    uint64_t *basis_comb;          /* rank_cap * words_p: which pivots XOR to this vector */
+    int32_t *basis_at;             /* m: basis index whose leading row is this row, or -1 */
+    uint32_t *order, *sort_tmp;    /* n */
+    uint32_t *pivots, *nonpivots;  /* rank_cap, n */
+    uint32_t n_pivots, n_nonpivots;
+    uint64_t *v, *comb, *target;   /* scratch: words_m, words_p, words_m */
+    uint8_t *x, *best;             /* n */
+};
+
+static __thread char last_error[512];
+
+BL_API const char *bpod_last_error(void) { return last_error; }
+BL_API uint32_t bpod_checks(const bpod_decoder *d) { return d->m; }
+BL_API uint32_t bpod_bits(const bpod_decoder *d) { return d->n; }
+BL_API uint32_t bpod_last_iterations(const bpod_decoder *d) { return d->iterations; }
+BL_API const double *bpod_last_llr(const bpod_decoder *d) { return d->llr; }
+
+static void *fail_null(const char *msg) {
+    snprintf(last_error, sizeof last_error, "%s", msg);
+    return NULL;
+}
+
+/* ---- construction ---------------------------------------------------------------------- */
+
+struct reader {
+    const uint8_t *p, *end;
+};
+
+static int take(struct reader *r, void *out, size_t bytes) {
+    if ((size_t)(r->end - r->p) < bytes) return 0;
+    memcpy(out, r->p, bytes);
+    r->p += bytes;
+    return 1;
+}
+
+BL_API void bpod_free(bpod_decoder *d) {
+    if (!d) return;
+    void *blocks[] = {d->row_ptr, d->col_idx, d->edge_row, d->col_ptr, d->col_edges, d->init_llr, d->cost,
+                      d->b2c, d->c2b, d->llr, d->aux, d->syndrome, d->hard, d->colbits, d->basis_vec,
+                      d->basis_comb, d->basis_at, d->order, d->sort_tmp, d->pivots, d->nonpivots, d->v,
+                      d->comb, d->target, d->x, d->best};
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; ++i) free(blocks[i]);
+    free(d);
+}
+
+static bpod_decoder *create_from(struct reader *r) {
+    uint32_t head[8];
+    double ms;
+    if (!take(r, head, sizeof head) || !take(r, &ms, sizeof ms)) return fail_null("truncated decoder section");
+    uint32_t m = head[0], n = head[1], nnz = head[2];
+    if (n == 0 || m > (1u << 24) || n > (1u << 24) || nnz > (1u << 28))
+        return fail_null("matrix dimensions out of range");
+    if (head[3] > BP_PRODUCT_SUM || head[5] > OSD_E) return fail_null("unknown bp_method or osd_method");
+    bpod_decoder *d = calloc(1, sizeof *d);
+    if (!d) return fail_null("out of memory");
+    d->m = m, d->n = n, d->nnz = nnz;
+    d->bp_method = head[3], d->max_iter = head[4] ? head[4] : n, d->osd_method = head[5], d->osd_order = head[6];
+    d->ms_scaling = ms;
+    d->words_m = (m + 63) / 64 ? (m + 63) / 64 : 1;
+    d->rank_cap = m < n ? m : n;
+    d->words_p = (d->rank_cap + 63) / 64 ? (d->rank_cap + 63) / 64 : 1;
+#define ALLOC(field, count) \
+    if (!(d->field = calloc((size_t)(count) ? (size_t)(count) : 1, sizeof *d->field))) goto oom
+    ALLOC(row_ptr, m + 1);
+    ALLOC(col_idx, nnz);
+    ALLOC(edge_row, nnz);
+    ALLOC(col_ptr, n + 1);
+    ALLOC(col_edges, nnz);
+    ALLOC(init_llr, n);
+    ALLOC(cost, n);
+    ALLOC(b2c, nnz);
+    ALLOC(c2b, nnz);
+    ALLOC(llr, n);
+    ALLOC(aux, 2 * (size_t)nnz);
+    ALLOC(syndrome, m);
+    ALLOC(hard, n);
+    ALLOC(colbits, (size_t)n * d->words_m);
+    ALLOC(basis_vec, (size_t)d->rank_cap * d->words_m);
+    ALLOC(basis_comb, (size_t)d->rank_cap * d->words_p);
+    ALLOC(basis_at, m);
+    ALLOC(order, n);
+    ALLOC(sort_tmp, n);
+    ALLOC(pivots, d->rank_cap);
+    ALLOC(nonpivots, n);
+    ALLOC(v, d->words_m);
+    ALLOC(comb, d->words_p);
+    ALLOC(target, d->words_m);
+    ALLOC(x, n);
+    ALLOC(best, n);
+#undef ALLOC
+    for (uint32_t j = 0; j < n; ++j) {
+        double p;
+        if (!take(r, &p, sizeof p)) goto truncated;
+        if (!(p > 0.0 && p < 1.0)) {
+            bpod_free(d);
+            return fail_null("channel probabilities must lie in (0, 1)");
+        }
+        d->init_llr[j] = log((1.0 - p) / p);
+        d->cost[j] = log(1.0 / p);
+    }
+    if (!take(r, d->row_ptr, sizeof(uint32_t) * (m + 1)) || !take(r, d->col_idx, sizeof(uint32_t) * (size_t)nnz))
+        goto truncated;
+    if (d->row_ptr[0] != 0 || d->row_ptr[m] != nnz) goto malformed;
+    for (uint32_t i = 0; i < m; ++i) {
+        if (d->row_ptr[i + 1] < d->row_ptr[i]) goto malformed;
+        for (uint32_t e = d->row_ptr[i]; e < d->row_ptr[i + 1]; ++e) {
+            if (d->col_idx[e] >= n || (e > d->row_ptr[i] && d->col_idx[e] <= d->col_idx[e - 1])) goto malformed;
+            d->edge_row[e] = i;
+            d->col_ptr[d->col_idx[e] + 1]++;
+            d->colbits[(size_t)d->col_idx[e] * d->words_m + i / 64] |= 1ull << (i % 64);
+        }
+    }
+    for (uint32_t j = 0; j < n; ++j) d->col_ptr[j + 1] += d->col_ptr[j];
+    {
+        /* Edges of each column in row order: CSR is row-major, so a running fill does it. */
+        uint32_t *fill = d->order; /* borrowed scratch */
+        memcpy(fill, d->col_ptr, sizeof(uint32_t) * n);
+        for (uint32_t e = 0; e < nnz; ++e) d->col_edges[fill[d->col_idx[e]]++] = e;
+    }
+    return d;
+truncated:
+    bpod_free(d);
+    return fail_null("truncated decoder section");
+malformed:
+    bpod_free(d);
+    return fail_null("malformed CSR matrix (row pointers or column indices)");
+oom:
+    bpod_free(d);
+    return fail_null("out of memory");
+}
+
+static int read_header(struct reader *r, uint32_t *sections) {
+    uint32_t h[4];
+    if (!take(r, h, sizeof h)) return 0;
+    if (h[0] != BPOD_MAGIC || h[1] != BPOD_VERSION) {
+        snprintf(last_error, sizeof last_error, "not a version-%u BPOD parameter blob", BPOD_VERSION);
+        return 0;
+    }
+    *sections = h[2];
+    return 1;
+}
+
+BL_API bpod_decoder *bpod_create(const uint8_t *blob, uint64_t len) {
+    struct reader r = {blob, blob + len};
+    uint32_t sections;
+    if (!blob || !read_header(&r, &sections)) return last_error[0] ? NULL : fail_null("truncated header");
+    if (sections != 1) return fail_null("bpod_create takes exactly one decoder section");
+    bpod_decoder *d = create_from(&r);
+    if (d && r.p != r.end) {
+        bpod_free(d);
+        return fail_null("trailing bytes after the decoder section");
+    }
+    return d;
+}
+
+/* ---- belief propagation ----------------------------------------------------------------- */
+
+static void check_update_min_sum(bpod_decoder *d, double alpha) {
+    for (uint32_t i = 0; i < d->m; ++i) {
+        uint32_t lo = d->row_ptr[i], hi = d->row_ptr[i + 1];
+        double min1 = DBL_MAX, min2 = DBL_MAX;
+        uint32_t arg1 = lo;
+        unsigned parity = d->syndrome[i];
+        for (uint32_t e = lo; e < hi; ++e) {
+            double a = fabs(d->b2c[e]);
+            if (a < min1) {
+                min2 = min1;
+                min1 = a;
+                arg1 = e;
+            } else if (a < min2) {
+                min2 = a;
+            }
+            parity ^= d->b2c[e] <= 0.0;
+        }
+        for (uint32_t e = lo; e < hi; ++e) {
+            double other = e == arg1 ? min2 : min1;
+            /* the sign excludes this edge's own message */
+            double sign = (parity ^ (d->b2c[e] <= 0.0)) ? -1.0 : 1.0;
+            d->c2b[e] = other * (sign * alpha);
+        }
+    }
+}
+
+static void check_update_product_sum(bpod_decoder *d) {
+    double *t = d->aux, *pre = d->aux + d->nnz;
+    for (uint32_t e = 0; e < d->nnz; ++e) t[e] = tanh(d->b2c[e] / 2.0);
+    for (uint32_t i = 0; i < d->m; ++i) {
+        uint32_t lo = d->row_ptr[i], hi = d->row_ptr[i + 1];
+        double acc = 1.0;
+        for (uint32_t e = lo; e < hi; ++e) {
+            pre[e] = acc;
+            acc = acc * t[e];
+        }
+        acc = 1.0;
+        double sign = d->syndrome[i] ? -1.0 : 1.0;
+        for (uint32_t e = hi; e-- > lo;) {
+            double x = pre[e] * acc;
+            acc = acc * t[e];
+            d->c2b[e] = sign * log((1.0 + x) / (1.0 - x));
+        }
+    }
+}
+
+/* Posterior and bit-to-check messages. Sums run over a column's edges in row order:
+ * llr = init + c2b[e0] + c2b[e1] + ...; b2c[e] = (init + the c2b before e) + (the c2b after e). */
+static int posterior_and_check(bpod_decoder *d) {
+    for (uint32_t j = 0; j < d->n; ++j) {
+        double acc = d->init_llr[j];
+        for (uint32_t k = d->col_ptr[j]; k < d->col_ptr[j + 1]; ++k) {
+            uint32_t e = d->col_edges[k];
+            d->b2c[e] = acc;
+            acc = acc + d->c2b[e];
+        }
+        d->llr[j] = acc;
+        d->hard[j] = acc <= 0.0;
+    }
+    for (uint32_t i = 0; i < d->m; ++i) {
+        unsigned parity = 0;
+        for (uint32_t e = d->row_ptr[i]; e < d->row_ptr[i + 1]; ++e) parity ^= d->hard[d->col_idx[e]];
+        if (parity != d->syndrome[i]) return 0;
+    }
+    return 1;
+}
+
+static void suffix_messages(bpod_decoder *d) {
+    for (uint32_t j = 0; j < d->n; ++j) {
+        double acc = 0.0;
+        for (uint32_t k = d->col_ptr[j + 1]; k-- > d->col_ptr[j];) {
+            uint32_t e = d->col_edges[k];
+            d->b2c[e] = d->b2c[e] + acc;
+            acc = acc + d->c2b[e];
+        }
+    }
+}
+
+static int run_bp(bpod_decoder *d) {
+    for (uint32_t e = 0; e < d->nnz; ++e) d->b2c[e] = d->init_llr[d->col_idx[e]];
+    for (uint32_t it = 1; it <= d->max_iter; ++it) {
+        d->iterations = it;
+        if (d->bp_method == BP_PRODUCT_SUM) {
+            check_update_product_sum(d);
+        } else {
+            double alpha = d->ms_scaling == 0.0 ? 1.0 - pow(2.0, -1.0 * it) : d->ms_scaling;
+            check_update_min_sum(d, alpha);
+        }
+        if (posterior_and_check(d)) return 1;
+        suffix_messages(d);
+    }
+    return 0;
+}
+
+/* ---- ordered statistics ------------------------------------------------------------------ */
+
+/* Stable ascending order of the posterior LLRs (most likely flipped first). */
+static void sort_by_llr(bpod_decoder *d) {
+    uint32_t n = d->n, *a = d->order, *b = d->sort_tmp;
+    for (uint32_t j = 0; j < n; ++j) a[j] = j;
+    for (uint32_t width = 1; width < n; width *= 2) {
+        for (uint32_t lo = 0; lo < n; lo += 2 * width) {
+            uint32_t mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
+            uint32_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi) b[k++] = d->llr[a[j]] < d->llr[a[i]] ? a[j++] : a[i++];
+            while (i < mid) b[k++] = a[i++];
+            while (j < hi) b[k++] = a[j++];
+        }
+        uint32_t *t = a;
+        a = b;
+        b = t;
+    }
+    if (a != d->order) memcpy(d->order, a, sizeof(uint32_t) * n);
+}
+
+static int leading_row(const uint64_t *v, uint32_t words) {
+    for (uint32_t w = words; w-- > 0;)
+        if (v[w]) return (int)(w * 64 + 63 - __builtin_clzll(v[w]));
+    return -1;
+}
+
+/* Reduce v (and its pivot combination) by the basis; return the leading row left, or -1. */
+static int reduce(bpod_decoder *d, uint64_t *v, uint64_t *comb) {
+    uint32_t wm = d->words_m, wp = d->words_p;
+    for (;;) {
+        int h = leading_row(v, wm);
+        if (h < 0 || d->basis_at[h] < 0) return h;
+        const uint64_t *bv = d->basis_vec + (size_t)d->basis_at[h] * wm;
+        const uint64_t *bc = d->basis_comb + (size_t)d->basis_at[h] * wp;
+        for (uint32_t w = 0; w < wm; ++w) v[w] ^= bv[w];
+        for (uint32_t w = 0; w < wp; ++w) comb[w] ^= bc[w];
+    }
+}
+
+/* Greedy information set: columns in LLR order, kept when independent of those kept. */
+static void choose_pivots(bpod_decoder *d) {
+    uint32_t wm = d->words_m, wp = d->words_p;
+    for (uint32_t i = 0; i < d->m; ++i) d->basis_at[i] = -1;
+    d->n_pivots = d->n_nonpivots = 0;
+    for (uint32_t k = 0; k < d->n; ++k) {
+        uint32_t c = d->order[k];
+        if (d->n_pivots == d->rank_cap) {
+            d->nonpivots[d->n_nonpivots++] = c;
+            continue;
+        }
+        memcpy(d->v, d->colbits + (size_t)c * wm, sizeof(uint64_t) * wm);
+        memset(d->comb, 0, sizeof(uint64_t) * wp);
+        int h = reduce(d, d->v, d->comb);
+        if (h < 0) {
+            d->nonpivots[d->n_nonpivots++] = c;
+            continue;
+        }
+        uint32_t slot = d->n_pivots++;
+        d->comb[slot / 64] ^= 1ull << (slot % 64);
+        memcpy(d->basis_vec + (size_t)slot * wm, d->v, sizeof(uint64_t) * wm);
+        memcpy(d->basis_comb + (size_t)slot * wp, d->comb, sizeof(uint64_t) * wp);
+        d->basis_at[h] = (int32_t)slot;
+        d->pivots[slot] = c;
+    }
+}
+
+/* x = the solution supported on the pivots for the packed syndrome `t`; 0 if none. */
+static int solve(bpod_decoder *d, const uint64_t *t, uint8_t *x) {
+    memcpy(d->v, t, sizeof(uint64_t) * d->words_m);
+    memset(d->comb, 0, sizeof(uint64_t) * d->words_p);
+    if (reduce(d, d->v, d->comb) >= 0) return 0;
+    memset(x, 0, d->n);
+    for (uint32_t s = 0; s < d->n_pivots; ++s)
+        if (d->comb[s / 64] >> (s % 64) & 1) x[d->pivots[s]] = 1;
+    return 1;
+}
+
+static double solution_cost(const bpod_decoder *d, const uint8_t *x) {
+    double c = 0.0;
+    for (uint32_t j = 0; j < d->n; ++j)
+        if (x[j]) c += d->cost[j];
+    return c;
+}
+
+/* Try the candidate flipping the non-pivot columns in `flips` (positions into nonpivots). */
+static void try_candidate(bpod_decoder *d, const uint32_t *flips, uint32_t count, double *best_cost) {
+    uint32_t wm = d->words_m;
+    memset(d->target, 0, sizeof(uint64_t) * wm);
+    for (uint32_t i = 0; i < d->m; ++i)
+        if (d->syndrome[i]) d->target[i / 64] |= 1ull << (i % 64);
+    for (uint32_t f = 0; f < count; ++f) {
+        const uint64_t *col = d->colbits + (size_t)d->nonpivots[flips[f]] * wm;
+        for (uint32_t w = 0; w < wm; ++w) d->target[w] ^= col[w];
+    }
+    if (!solve(d, d->target, d->x)) return;
+    for (uint32_t f = 0; f < count; ++f) d->x[d->nonpivots[flips[f]]] = 1;
+    double c = solution_cost(d, d->x);
+    if (c < *best_cost) {
+        *best_cost = c;
+        memcpy(d->best, d->x, d->n);
+    }
+}
+
+static int run_osd(bpod_decoder *d) {
+    sort_by_llr(d);
+    choose_pivots(d);
+    memset(d->target, 0, sizeof(uint64_t) * d->words_m);
+    for (uint32_t i = 0; i < d->m; ++i)
+        if (d->syndrome[i]) d->target[i / 64] |= 1ull << (i % 64);
+    if (!solve(d, d->target, d->best)) return 0; /* the syndrome is not in H's column space */
+    if (d->osd_method == OSD_0 || d->osd_order == 0) return 1;
+    double best_cost = solution_cost(d, d->best);
+    uint32_t k = d->n_nonpivots, w = d->osd_order < k ? d->osd_order : k, flips[64];
+    if (d->osd_method == OSD_CS) {
+        for (uint32_t a = 0; a < k; ++a) {
+            flips[0] = a;
+            try_candidate(d, flips, 1, &best_cost);
+        }
+        for (uint32_t a = 0; a < w; ++a)
+            for (uint32_t b = a + 1; b < w; ++b) {
+                flips[0] = a, flips[1] = b;
+                try_candidate(d, flips, 2, &best_cost);
+            }
+    } else { /* OSD_E: every nonempty subset of the first w non-pivot columns */
+        for (uint64_t mask = 1; mask < (1ull << w); ++mask) {
+            uint32_t count = 0;
+            for (uint32_t b = 0; b < w; ++b)
+                if (mask >> b & 1) flips[count++] = b;
+            try_candidate(d, flips, count, &best_cost);
+        }
+    }
+    return 1;
+}
+
+/* ---- decoding ------------------------------------------------------------------------------ */
+
+static void pack(const uint8_t *bits, uint32_t n, uint8_t *out) {
+    memset(out, 0, (n + 7) / 8);
+    for (uint32_t j = 0; j < n; ++j) out[j / 8] |= (uint8_t)(bits[j] << (j % 8));
+}
+
+BL_API int32_t bpod_decode(bpod_decoder *d, const uint8_t *syndrome, uint8_t *correction) {
+    uint32_t m = d->m, bytes = (m + 7) / 8, any = 0;
+    if (m % 8 && (syndrome[bytes - 1] >> (m % 8))) {
+        snprintf(last_error, sizeof last_error, "syndrome has bits set beyond its %u checks", m);
+        return BPOD_EINVAL;
+    }
+    for (uint32_t i = 0; i < m; ++i) any |= d->syndrome[i] = (syndrome[i / 8] >> (i % 8)) & 1;
+    if (!any) { /* the zero syndrome: zero correction, BP not run */
+        d->iterations = 0;
+        memset(correction, 0, (d->n + 7) / 8);
+        return BPOD_BP_CONVERGED;
+    }
+    if (run_bp(d)) {
+        pack(d->hard, d->n, correction);
+        return BPOD_BP_CONVERGED;
+    }
+    if (d->osd_method == OSD_NONE || !run_osd(d)) {
+        pack(d->hard, d->n, correction);
+        return BPOD_BP_FAILED;
+    }
+    pack(d->best, d->n, correction);
+    return BPOD_OSD;
+}
+
+BL_API int32_t bpod_decode_batch(bpod_decoder *d, const uint8_t *syndromes, uint64_t shots, uint8_t *corrections) {
+    size_t in = (d->m + 7) / 8, out = (d->n + 7) / 8;
+    for (uint64_t s = 0; s < shots; ++s) {
+        int32_t rc = bpod_decode(d, syndromes + s * in, corrections + s * out);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* ---- the Backline coprocessor function ------------------------------------------------------ */
+
+struct css {
+    bpod_decoder *dec[2]; /* decoder_id 0: Hx, 1: Hz */
+};
+
+BL_API int32_t bpod_css_init(const uint8_t *params, uint64_t len, void **ctx) {
+    struct reader r = {params, params + len};
+    uint32_t sections;
+    if (!params || !read_header(&r, &sections) || sections != 2) return 1;
+    struct css *c = calloc(1, sizeof *c);
+    if (!c) return 2;
+    for (int i = 0; i < 2; ++i) {
+        if (!(c->dec[i] = create_from(&r))) {
+            bpod_css_fini(c);
+            return 3;
+        }
+    }
+    if (r.p != r.end || c->dec[0]->n != c->dec[1]->n) {
+        bpod_css_fini(c);
+        return 4;
+    }
+    *ctx = c;
+    return 0;
+}
+
+BL_API void bpod_css_fini(void *ctx) {
+    struct css *c = ctx;
+    if (!c) return;
+    bpod_free(c->dec[0]);
+    bpod_free(c->dec[1]);
+    free(c);
+}
+
+BL_API int32_t bpod_css_fn(void *ctx, uint32_t decoder_id, const uint8_t *in, uint32_t in_len, uint8_t *out,
+                           uint32_t out_cap, uint32_t *out_len) {
+    struct css *c = ctx;
+    if (decoder_id > 1) return 10;
+    bpod_decoder *d = c->dec[decoder_id];
+    uint32_t need = (d->n + 7) / 8;
+    if (in_len != (d->m + 7) / 8) return 11; /* wrong syndrome length: an error reply, not a crash */
+    if (out_cap < need) return 12;
+    if (bpod_decode(d, in, out) < 0) return 13;
+    *out_len = need;
+    return 0;
+}

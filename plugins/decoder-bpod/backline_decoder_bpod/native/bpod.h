@@ -1,0 +1,57 @@
+/*
+ * bpod.h -- BP+OSD decoding of one parity-check matrix H (m checks, n bits).
+ *
+ * A decoder is built once from a parameter blob (see params.py for the layout) and then
+ * decodes bit-packed little-endian syndromes (ceil(m/8) bytes) into bit-packed
+ * corrections (ceil(n/8) bytes) without allocating. bpod_css_* wrap two decoders (Hx for
+ * decoder_id 0, Hz for decoder_id 1) as a Backline coprocessor function.
+ */
+#ifndef BPOD_H
+#define BPOD_H
+
+#include <stdint.h>
+
+#include <backline/backline.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BPOD_MAGIC 0x444f5042u /* "BPOD" little-endian */
+#define BPOD_VERSION 1u
+
+typedef struct bpod_decoder bpod_decoder;
+
+/* Status of one decode, also the return value of bpod_decode. */
+enum {
+    BPOD_BP_CONVERGED = 0,   /* BP's hard decision satisfies the syndrome */
+    BPOD_OSD = 1,            /* BP did not converge; the OSD solution is returned */
+    BPOD_BP_FAILED = 2,      /* BP did not converge and OSD is off: BP's hard decision is returned */
+    BPOD_EINVAL = -1,        /* bad syndrome (bits set beyond m) */
+};
+
+/* Build from `len` bytes at `blob` holding exactly one decoder section. NULL on error;
+ * bpod_last_error() says why. */
+BL_API bpod_decoder *bpod_create(const uint8_t *blob, uint64_t len);
+BL_API void bpod_free(bpod_decoder *d);
+BL_API const char *bpod_last_error(void);
+BL_API uint32_t bpod_checks(const bpod_decoder *d);
+BL_API uint32_t bpod_bits(const bpod_decoder *d);
+
+BL_API int32_t bpod_decode(bpod_decoder *d, const uint8_t *syndrome, uint8_t *correction);
+/* `shots` syndromes back to back (rows of ceil(m/8) bytes) -> corrections (rows of ceil(n/8)). */
+BL_API int32_t bpod_decode_batch(bpod_decoder *d, const uint8_t *syndromes, uint64_t shots, uint8_t *corrections);
+/* After a decode: iterations BP ran, and the posterior log-likelihood ratios (n doubles). */
+BL_API uint32_t bpod_last_iterations(const bpod_decoder *d);
+BL_API const double *bpod_last_llr(const bpod_decoder *d);
+
+/* The coprocessor function: params hold two sections (Hx, then Hz). */
+BL_API int32_t bpod_css_init(const uint8_t *params, uint64_t len, void **ctx);
+BL_API void bpod_css_fini(void *ctx);
+BL_API int32_t bpod_css_fn(void *ctx, uint32_t decoder_id, const uint8_t *in, uint32_t in_len, uint8_t *out,
+                           uint32_t out_cap, uint32_t *out_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

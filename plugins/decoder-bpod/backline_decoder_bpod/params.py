@@ -1,0 +1,111 @@
+"""Decoder parameters, checked, and their binary form for the native decoder.
+
+Blob layout (little-endian), read by ``bpod.c``::
+
+    header:  u32 magic "BPOD", u32 version (1), u32 sections, u32 reserved
+    section: u32 m, u32 n, u32 nnz, u32 bp_method, u32 max_iter, u32 osd_method,
+             u32 osd_order, u32 reserved, f64 ms_scaling_factor,
+             f64 channel_probs[n], u32 row_ptr[m + 1], u32 col_idx[nnz]   (H in CSR form)
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+MAGIC, VERSION = 0x444F5042, 1
+BP_METHODS = {"min_sum": 0, "product_sum": 1}
+OSD_METHODS = {"none": 0, "osd0": 1, "osd_cs": 2, "osd_e": 3}
+_ALIASES = {"ms": "min_sum", "minimum_sum": "min_sum", "ps": "product_sum", "osd_0": "osd0", "osd-cs": "osd_cs",
+            "osd_cs": "osd_cs", "osdcs": "osd_cs", "osd_e": "osd_e", "exhaustive": "osd_e", "osd-e": "osd_e"}
+
+
+def check_matrix(h: object, name: str) -> np.ndarray:
+    """``h`` as a C-contiguous uint8 0/1 matrix, or ValueError saying what is wrong."""
+    a = np.asarray(h)
+    if a.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D parity-check matrix, got shape {a.shape}")
+    if a.size and not np.isin(a, (0, 1)).all():
+        bad = np.unique(a[~np.isin(a, (0, 1))])[:5]
+        raise ValueError(f"{name} must be binary (0/1); it holds {bad.tolist()}")
+    if a.shape[1] == 0:
+        raise ValueError(f"{name} has no columns (no qubits)")
+    return np.ascontiguousarray(a, dtype=np.uint8)
+
+
+def check_css(hx: object, hz: object) -> tuple[np.ndarray, np.ndarray]:
+    """Checked (Hx, Hz): binary, same qubit count, and commuting (Hx Hz^T = 0 mod 2)."""
+    hx, hz = check_matrix(hx, "Hx"), check_matrix(hz, "Hz")
+    if hx.shape[1] != hz.shape[1]:
+        raise ValueError(f"Hx has {hx.shape[1]} columns but Hz has {hz.shape[1]}: both act on the same qubits")
+    overlap = (hx.astype(np.int64) @ hz.T.astype(np.int64)) % 2
+    if overlap.any():
+        raise ValueError(
+            f"Hx Hz^T != 0 mod 2 ({int(overlap.sum())} of {overlap.size} check pairs anticommute): "
+            "these are not the checks of a CSS code"
+        )
+    return hx, hz
+
+
+def _choice(value: str, choices: dict[str, int], what: str) -> str:
+    key = _ALIASES.get(value, value) if isinstance(value, str) else value
+    if key not in choices:
+        raise ValueError(f"{what}={value!r}: choose one of {', '.join(choices)}")
+    return key
+
+
+@dataclass(frozen=True)
+class BpOsdParams:
+    """The settings of a BP(+OSD) decoder, as ``ldpc.BpOsdDecoder`` names them."""
+
+    bp_method: str = "min_sum"
+    max_iter: int = 10
+    ms_scaling_factor: float = 0.625
+    osd_method: str = "osd0"
+    osd_order: int = 0
+    error_rate: float | None = 0.05
+    channel_probs: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bp_method", _choice(self.bp_method, BP_METHODS, "bp_method"))
+        object.__setattr__(self, "osd_method", _choice(self.osd_method, OSD_METHODS, "osd_method"))
+        if not isinstance(self.max_iter, int) or isinstance(self.max_iter, bool) or not 0 <= self.max_iter < 2**31:
+            raise ValueError(f"max_iter={self.max_iter!r}: must be an int >= 0 (0 means n iterations, as in ldpc)")
+        if not isinstance(self.osd_order, int) or isinstance(self.osd_order, bool) or not 0 <= self.osd_order <= 60:
+            raise ValueError(f"osd_order={self.osd_order!r}: must be an int from 0 to 60")
+        if not 0.0 <= float(self.ms_scaling_factor) <= 1.0:
+            raise ValueError(f"ms_scaling_factor={self.ms_scaling_factor!r}: must be in [0, 1] (0: adaptive, as in ldpc)")
+        if self.channel_probs is None:
+            if self.error_rate is None or not 0.0 < float(self.error_rate) < 1.0:
+                raise ValueError(f"error_rate={self.error_rate!r}: must be in (0, 1), or give channel_probs")
+        else:
+            probs = tuple(float(p) for p in self.channel_probs)
+            if not all(0.0 < p < 1.0 for p in probs):
+                raise ValueError("channel_probs must all be in (0, 1)")
+            object.__setattr__(self, "channel_probs", probs)
+
+    def probs(self, n: int) -> np.ndarray:
+        if self.channel_probs is None:
+            return np.full(n, float(self.error_rate))
+        if len(self.channel_probs) != n:
+            raise ValueError(f"channel_probs has {len(self.channel_probs)} entries but the code has {n} qubits")
+        return np.asarray(self.channel_probs, dtype=np.float64)
+
+
+def encode(matrices: Sequence[np.ndarray], params: BpOsdParams) -> bytes:
+    """The native blob for one decoder per matrix, all with ``params``."""
+    parts = [struct.pack("<4I", MAGIC, VERSION, len(matrices), 0)]
+    for h in matrices:
+        m, n = h.shape
+        rows, cols = np.nonzero(h)
+        row_ptr = np.zeros(m + 1, dtype="<u4")
+        np.cumsum(np.bincount(rows, minlength=m), out=row_ptr[1:])
+        parts.append(struct.pack("<8Id", m, n, len(cols), BP_METHODS[params.bp_method], params.max_iter,
+                                 OSD_METHODS[params.osd_method], params.osd_order, 0, float(params.ms_scaling_factor)))
+        parts.append(params.probs(n).astype("<f8").tobytes())
+        parts.append(row_ptr.tobytes())
+        parts.append(cols.astype("<u4").tobytes())
+    return b"".join(parts)

@@ -1,0 +1,19 @@
+"""Builds the BP+OSD decoder as a plain shared library against backline.h."""
+
+import platform
+
+from setuptools import setup
+
+from backline_core.build import BuildPlainLibraries, plain_library
+
+setup(
+    ext_modules=[
+        plain_library(
+            "backline_decoder_bpod.libbackline_bpod",
+            sources=["backline_decoder_bpod/native/bpod.c"],
+            # OSD's GF(2) elimination counts bits; every x86-64 CPU since 2008 has popcnt
+            extra_compile_args=["-O3"] + (["-mpopcnt"] if platform.machine() in ("x86_64", "AMD64") else []),
+        )
+    ],
+    cmdclass={"build_ext": BuildPlainLibraries},
+)
