@@ -19,6 +19,8 @@ from backline_core import CoprocessorFunction
 from .native import LIBRARY, ffi, last_error, lib
 from .params import BpOsdParams, check_css, check_matrix, encode
 
+_decode_bits = lib.bpod_decode_bits  # bound once: decode is called per shot
+
 
 class BpOsdDecoder:
     """BP(+OSD) for one parity-check matrix ``h``, compiled once, decoding without allocation.
@@ -55,11 +57,15 @@ class BpOsdDecoder:
 
     def decode(self, syndrome: Any) -> np.ndarray:
         """Unpacked 0/1 syndrome of length m -> 0/1 correction of length n."""
-        s = np.asarray(syndrome, dtype=np.uint8).reshape(-1)
-        if s.size != self.m:
-            raise ValueError(f"syndrome has {s.size} entries; this H has {self.m} checks")
-        packed = self.decode_packed(np.packbits(s, bitorder="little"))
-        return np.unpackbits(np.frombuffer(packed, dtype=np.uint8), count=self.n, bitorder="little")
+        s = np.ascontiguousarray(syndrome, dtype=np.uint8)
+        if s.ndim != 1 or s.size != self.m:
+            raise ValueError(f"syndrome must be a vector of {self.m} entries (one per check), got shape {s.shape}")
+        out = np.empty(self.n, dtype=np.uint8)
+        rc = _decode_bits(self._d, ffi.from_buffer(s), ffi.from_buffer(out))
+        if rc < 0:
+            raise ValueError(f"bad syndrome: {last_error()}")
+        self.last_status = rc
+        return out
 
     def decode_batch_packed(self, syndromes: np.ndarray) -> np.ndarray:
         """(shots, ceil(m/8)) uint8 bit-packed syndromes -> (shots, ceil(n/8)) corrections, in C."""

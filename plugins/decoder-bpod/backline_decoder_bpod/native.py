@@ -18,7 +18,10 @@ ffi.cdef(
     uint32_t bpod_checks(const bpod_decoder *d);
     uint32_t bpod_bits(const bpod_decoder *d);
     int32_t bpod_decode(bpod_decoder *d, const uint8_t *syndrome, uint8_t *correction);
+    int32_t bpod_decode_bits(bpod_decoder *d, const uint8_t *syndrome, uint8_t *correction);
     int32_t bpod_decode_batch(bpod_decoder *d, const uint8_t *syndromes, uint64_t shots, uint8_t *corrections);
+    int32_t bpod_time_decodes(bpod_decoder *d, const uint8_t *syndromes, uint64_t shots, uint8_t *corrections,
+                              uint64_t *ns);
     uint32_t bpod_last_iterations(const bpod_decoder *d);
     const double *bpod_last_llr(const bpod_decoder *d);
     """

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { BP_MIN_SUM = 0, BP_PRODUCT_SUM = 1 };
 enum { OSD_NONE = 0, OSD_0 = 1, OSD_CS = 2, OSD_E = 3 };
@@ -431,6 +432,21 @@ static void pack(const uint8_t *bits, uint32_t n, uint8_t *out) {
     for (uint32_t j = 0; j < n; ++j) out[j / 8] |= (uint8_t)(bits[j] << (j % 8));
 }
 
+/* The decode proper on d->syndrome (one byte per check); the result is in *bits. */
+static int32_t decode_loaded(bpod_decoder *d, uint32_t any, const uint8_t **bits) {
+    if (!any) { /* the zero syndrome: zero correction, BP not run */
+        d->iterations = 0;
+        memset(d->best, 0, d->n);
+        *bits = d->best;
+        return BPOD_BP_CONVERGED;
+    }
+    *bits = d->hard;
+    if (run_bp(d)) return BPOD_BP_CONVERGED;
+    if (d->osd_method == OSD_NONE || !run_osd(d)) return BPOD_BP_FAILED;
+    *bits = d->best;
+    return BPOD_OSD;
+}
+
 BL_API int32_t bpod_decode(bpod_decoder *d, const uint8_t *syndrome, uint8_t *correction) {
     uint32_t m = d->m, bytes = (m + 7) / 8, any = 0;
     if (m % 8 && (syndrome[bytes - 1] >> (m % 8))) {
@@ -438,21 +454,25 @@ BL_API int32_t bpod_decode(bpod_decoder *d, const uint8_t *syndrome, uint8_t *co
         return BPOD_EINVAL;
     }
     for (uint32_t i = 0; i < m; ++i) any |= d->syndrome[i] = (syndrome[i / 8] >> (i % 8)) & 1;
-    if (!any) { /* the zero syndrome: zero correction, BP not run */
-        d->iterations = 0;
-        memset(correction, 0, (d->n + 7) / 8);
-        return BPOD_BP_CONVERGED;
+    const uint8_t *bits;
+    int32_t rc = decode_loaded(d, any, &bits);
+    pack(bits, d->n, correction);
+    return rc;
+}
+
+BL_API int32_t bpod_decode_bits(bpod_decoder *d, const uint8_t *syndrome, uint8_t *correction) {
+    uint32_t any = 0;
+    for (uint32_t i = 0; i < d->m; ++i) {
+        if (syndrome[i] > 1) {
+            snprintf(last_error, sizeof last_error, "syndrome entry %u is %u, not 0 or 1", i, syndrome[i]);
+            return BPOD_EINVAL;
+        }
+        any |= d->syndrome[i] = syndrome[i];
     }
-    if (run_bp(d)) {
-        pack(d->hard, d->n, correction);
-        return BPOD_BP_CONVERGED;
-    }
-    if (d->osd_method == OSD_NONE || !run_osd(d)) {
-        pack(d->hard, d->n, correction);
-        return BPOD_BP_FAILED;
-    }
-    pack(d->best, d->n, correction);
-    return BPOD_OSD;
+    const uint8_t *bits;
+    int32_t rc = decode_loaded(d, any, &bits);
+    memcpy(correction, bits, d->n);
+    return rc;
 }
 
 BL_API int32_t bpod_decode_batch(bpod_decoder *d, const uint8_t *syndromes, uint64_t shots, uint8_t *corrections) {
@@ -460,6 +480,20 @@ BL_API int32_t bpod_decode_batch(bpod_decoder *d, const uint8_t *syndromes, uint
     for (uint64_t s = 0; s < shots; ++s) {
         int32_t rc = bpod_decode(d, syndromes + s * in, corrections + s * out);
         if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+BL_API int32_t bpod_time_decodes(bpod_decoder *d, const uint8_t *syndromes, uint64_t shots, uint8_t *corrections,
+                                 uint64_t *ns) {
+    size_t in = (d->m + 7) / 8, out = (d->n + 7) / 8;
+    for (uint64_t s = 0; s < shots; ++s) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int32_t rc = bpod_decode(d, syndromes + s * in, corrections + s * out);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (rc < 0) return rc;
+        ns[s] = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)(t1.tv_nsec - t0.tv_nsec);
     }
     return 0;
 }

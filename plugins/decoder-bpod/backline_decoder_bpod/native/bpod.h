@@ -39,8 +39,13 @@ BL_API uint32_t bpod_checks(const bpod_decoder *d);
 BL_API uint32_t bpod_bits(const bpod_decoder *d);
 
 BL_API int32_t bpod_decode(bpod_decoder *d, const uint8_t *syndrome, uint8_t *correction);
+/* The same on unpacked vectors: m bytes of 0/1 in, n bytes of 0/1 out. */
+BL_API int32_t bpod_decode_bits(bpod_decoder *d, const uint8_t *syndrome, uint8_t *correction);
 /* `shots` syndromes back to back (rows of ceil(m/8) bytes) -> corrections (rows of ceil(n/8)). */
 BL_API int32_t bpod_decode_batch(bpod_decoder *d, const uint8_t *syndromes, uint64_t shots, uint8_t *corrections);
+/* bpod_decode_batch timing each decode from native code (CLOCK_MONOTONIC, ns per decode). */
+BL_API int32_t bpod_time_decodes(bpod_decoder *d, const uint8_t *syndromes, uint64_t shots, uint8_t *corrections,
+                                 uint64_t *ns);
 /* After a decode: iterations BP ran, and the posterior log-likelihood ratios (n doubles). */
 BL_API uint32_t bpod_last_iterations(const bpod_decoder *d);
 BL_API const double *bpod_last_llr(const bpod_decoder *d);
