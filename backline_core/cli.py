@@ -76,6 +76,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     bindings = []
     for spec in args.fn:
+        if spec.startswith("@"):  # the spec is in a file (long native contexts)
+            try:
+                with open(spec[1:]) as fh:
+                    spec = fh.read()
+            except OSError as exc:
+                raise BacklineError(f"--fn {spec}: cannot read the function spec: {exc}") from None
         if spec.startswith("{"):
             try:
                 bindings.append(CoprocessorFunction.from_dict(json.loads(spec)))
@@ -147,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--key", required=True, help="session key the controller pairs on")
     s.add_argument("--fn", action="append", required=True,
                    help="decoder name or module:function, optionally @id,id to choose the decoder_ids "
-                        "(default: those it declares), or a native CoprocessorFunction as JSON; repeatable")
+                        "(default: those it declares), or a native CoprocessorFunction as JSON, or @FILE "
+                        "holding either; repeatable")
     s.add_argument("--transport", default="memcpy")
     s.add_argument("--hardware", default="cpu")
     s.add_argument("--config", default="", help="k=v;k=v (locality defaults to process)")

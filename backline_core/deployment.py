@@ -12,11 +12,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 
@@ -32,7 +35,14 @@ class CoprocessorProcess:
                  hardware: str = "cpu", ready_timeout: float = 30.0) -> None:
         cmd = [sys.executable, "-m", "backline_core.cli", "coprocessor", "serve",
                "--transport", transport, "--key", key, "--hardware", hardware, "--config", config]
+        self._spec_files: list[str] = []
         for fn in functions:
+            if len(fn) > 4096:  # a native context can be far past the kernel's 128 KiB argument limit
+                fd, path = tempfile.mkstemp(prefix="backline-fn-", suffix=".json")
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(fn)
+                self._spec_files.append(path)
+                fn = "@" + path
             cmd += ["--fn", fn]
         self.key = key
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -43,16 +53,24 @@ class CoprocessorProcess:
             if ready:
                 line = self.proc.stdout.readline()
                 if line.startswith("ready"):
+                    self._remove_spec_files()
                     return
                 if line == "":
                     break
             elif self.proc.poll() is not None:
                 break
         self.kill()
+        self._remove_spec_files()
         err = self.proc.stderr.read() if self.proc.stderr else ""
         if self.proc.returncode not in (None, -signal.SIGKILL) or err:
             raise TransportError(f"coprocessor process for key {key!r} failed to start: {err.strip() or line.strip()}")
         raise DeadlineError(f"coprocessor process for key {key!r} was not ready within {ready_timeout} s")
+
+    def _remove_spec_files(self) -> None:
+        for path in self._spec_files:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self._spec_files.clear()
 
     @property
     def pid(self) -> int:

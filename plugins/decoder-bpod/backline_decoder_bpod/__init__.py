@@ -12,3 +12,15 @@ from .decoder import BpOsdDecoder, css_bp_decoder
 from .params import BpOsdParams
 
 __all__ = ["BpOsdDecoder", "BpOsdParams", "codes", "css_bp_decoder"]
+
+
+def __getattr__(name: str):  # optional dependencies load only when their names are used
+    if name in ("SinterBpOsdDecoder", "sinter_decoders"):
+        from . import sinter_adapter
+
+        return getattr(sinter_adapter, name)
+    if name == "triton_decoder":
+        from .triton_bp import triton_decoder
+
+        return triton_decoder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

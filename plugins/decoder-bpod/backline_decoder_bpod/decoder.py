@@ -80,9 +80,11 @@ class BpOsdDecoder:
 
     def decode_batch(self, syndromes: Any) -> np.ndarray:
         """(shots, m) 0/1 syndromes -> (shots, n) 0/1 corrections."""
-        s = np.asarray(syndromes, dtype=np.uint8)
+        s = np.asarray(syndromes)
         if s.ndim != 2 or s.shape[1] != self.m:
             raise ValueError(f"syndromes must have shape (shots, {self.m}), got {s.shape}")
+        if s.size and not np.isin(s, (0, 1)).all():
+            raise ValueError("syndromes must hold only 0 and 1")
         packed = self.decode_batch_packed(np.packbits(s, axis=1, bitorder="little"))
         return np.unpackbits(packed, axis=1, count=self.n, bitorder="little")
 

@@ -41,7 +41,8 @@ def check_css(hx: object, hz: object) -> tuple[np.ndarray, np.ndarray]:
     hx, hz = check_matrix(hx, "Hx"), check_matrix(hz, "Hz")
     if hx.shape[1] != hz.shape[1]:
         raise ValueError(f"Hx has {hx.shape[1]} columns but Hz has {hz.shape[1]}: both act on the same qubits")
-    overlap = (hx.astype(np.int64) @ hz.T.astype(np.int64)) % 2
+    # float32 sums of 0/1 products are exact up to 2**24 terms, and BLAS makes this fast
+    overlap = (hx.astype(np.float32) @ hz.T.astype(np.float32)) % 2
     if overlap.any():
         raise ValueError(
             f"Hx Hz^T != 0 mod 2 ({int(overlap.sum())} of {overlap.size} check pairs anticommute): "
@@ -76,6 +77,9 @@ class BpOsdParams:
             raise ValueError(f"max_iter={self.max_iter!r}: must be an int >= 0 (0 means n iterations, as in ldpc)")
         if not isinstance(self.osd_order, int) or isinstance(self.osd_order, bool) or not 0 <= self.osd_order <= 60:
             raise ValueError(f"osd_order={self.osd_order!r}: must be an int from 0 to 60")
+        if self.osd_method == "osd_e" and self.osd_order > 20:
+            raise ValueError(f"osd_order={self.osd_order} with osd_e tries 2**{self.osd_order} candidates per decode; "
+                             "use at most 20, or osd_cs")
         if not 0.0 <= float(self.ms_scaling_factor) <= 1.0:
             raise ValueError(f"ms_scaling_factor={self.ms_scaling_factor!r}: must be in [0, 1] (0: adaptive, as in ldpc)")
         if self.channel_probs is None:

@@ -292,6 +292,10 @@ static int run_bp(bpod_decoder *d) {
 
 /* ---- ordered statistics ------------------------------------------------------------------ */
 
+/* x sorts before y: ascending, NaN last (as numpy orders). Product-sum BP can produce a NaN
+ * posterior when a bit receives +inf and -inf messages; ldpc 2.4.1 does the same. */
+static inline int before(double x, double y) { return x < y || (!isnan(x) && isnan(y)); }
+
 /* Stable ascending order of the posterior LLRs (most likely flipped first). */
 static void sort_by_llr(bpod_decoder *d) {
     uint32_t n = d->n, *a = d->order, *b = d->sort_tmp;
@@ -300,7 +304,7 @@ static void sort_by_llr(bpod_decoder *d) {
         for (uint32_t lo = 0; lo < n; lo += 2 * width) {
             uint32_t mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n;
             uint32_t i = lo, j = mid, k = lo;
-            while (i < mid && j < hi) b[k++] = d->llr[a[j]] < d->llr[a[i]] ? a[j++] : a[i++];
+            while (i < mid && j < hi) b[k++] = before(d->llr[a[j]], d->llr[a[i]]) ? a[j++] : a[i++];
             while (i < mid) b[k++] = a[i++];
             while (j < hi) b[k++] = a[j++];
         }
