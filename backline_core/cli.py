@@ -33,7 +33,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         kind_rows = [r for r in rows if r.kind == kind]
         if not kind_rows:
             continue
-        print(f"{kind}s:")
+        print(f"{kind}es:" if kind.endswith("s") else f"{kind}s:")
         for r in kind_rows:
             origin = f"{r.distribution} {r.version}".strip()
             what = f"FAILED TO LOAD: {r.error}" if r.error else r.serves

@@ -32,8 +32,9 @@ class UnknownPluginError(PluginError, LookupError):
             state = f"failed to load: {info.error}" if info.error else info.serves
             rows.append(f"  {info.name} ({info.distribution}): {state}")
         listed = "\n".join(rows) if rows else "  (none)"
+        kinds = f"{kind}es" if kind.endswith("s") else f"{kind}s"
         super().__init__(
-            f"unknown {kind} {name!r}. Installed {kind}s:\n{listed}\n"
+            f"unknown {kind} {name!r}. Installed {kinds}:\n{listed}\n"
             f"A {kind} named {name!r} is added by installing the package that provides it, "
             f"by convention `pip install backline-{kind}-{name}`; `backline plugins` lists what is installed."
         )

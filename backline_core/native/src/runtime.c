@@ -81,6 +81,24 @@ static __thread char tl_error[ERR_MAX];
 
 BL_API const char *bl_last_error(void) { return tl_error; }
 
+static __thread int32_t tl_first_status;
+static __thread char tl_first_error[ERR_MAX];
+
+BL_API int32_t bl_status_record(int32_t status) {
+    if (BL_UNLIKELY(status < 0) && tl_first_status == 0) {
+        tl_first_status = status;
+        memcpy(tl_first_error, tl_error, sizeof tl_error);
+    }
+    return status;
+}
+
+BL_API int32_t bl_status_take(void) {
+    int32_t status = tl_first_status;
+    if (status) memcpy(tl_error, tl_first_error, sizeof tl_error);
+    tl_first_status = 0;
+    return status;
+}
+
 static int32_t fail(int32_t code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int32_t fail(int32_t code, const char *fmt, ...) {
     va_list ap;

@@ -132,6 +132,13 @@ BL_API int32_t bl_serve_pending(bl_session *s);
 BL_API int32_t bl_stop(bl_session *s);
 BL_API int32_t bl_destroy(bl_session *s);
 
+/* Compiled programs check no return code inline: they pass each status through
+ * bl_status_record, which keeps the calling thread's FIRST failure (status and text),
+ * and return bl_status_take() at the end, which hands it back (BL_OK if none), clears
+ * it, and makes bl_last_error() show that first failure's text. */
+BL_API int32_t bl_status_record(int32_t status);
+BL_API int32_t bl_status_take(void);
+
 /* Introspection. */
 BL_API int32_t bl_session_geometry(bl_session *s, uint32_t *slots, uint32_t *slot_bytes,
                                    uint32_t *in_bytes, uint32_t *out_bytes);

@@ -1,0 +1,1 @@
+"""Backline compiler: xDSL dialects and passes that lower a placement to native code."""

@@ -1,0 +1,2 @@
+"""Compiler passes, one module each, named in kebab-case and registered through the
+``backline.passes`` entry-point group (see :mod:`backline_compiler.passes.plugin`)."""
