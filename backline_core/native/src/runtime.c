@@ -45,6 +45,14 @@ struct fn_binding {
     void *ctx;
 };
 
+/* Contexts built by bl_set_coprocessor_fn_by_name, freed at destroy. */
+struct owned_ctx {
+    bl_fn_fini fini;
+    void *ctx;
+    void *dl;
+    struct owned_ctx *next;
+};
+
 struct bl_session {
     uint64_t magic;
     /* Round-path fields first (one or two cache lines). */
@@ -72,6 +80,7 @@ struct bl_session {
     void *dl;
     const bl_backend *be;
     void *impl;
+    struct owned_ctx *owned;
     struct bl_session *next; /* registry list */
 };
 
@@ -530,6 +539,49 @@ BL_API int32_t bl_set_coprocessor_fn(bl_session *s, uint32_t decoder_id, bl_copr
     return BL_OK;
 }
 
+BL_API int32_t bl_set_coprocessor_fn_by_name(bl_session *s, uint32_t decoder_id, const char *library,
+                                             const char *symbol, const char *init_symbol,
+                                             const char *fini_symbol, const uint8_t *params,
+                                             uint64_t params_len) {
+    int32_t rc = check_session(s, "set_coprocessor_fn");
+    if (rc) return rc;
+    if (!symbol || !*symbol) return fail(BL_EINVAL, "set_coprocessor_fn: no symbol named");
+    void *dl = dlopen(library && *library ? library : NULL, RTLD_NOW | RTLD_LOCAL);
+    if (!dl) return fail(BL_EINVAL, "set_coprocessor_fn: cannot load '%s': %s", library ? library : "(this process)", dlerror());
+    bl_coprocessor_fn fn = (bl_coprocessor_fn)dlsym(dl, symbol);
+    if (!fn) {
+        dlclose(dl);
+        return fail(BL_EINVAL, "set_coprocessor_fn: '%s' has no symbol '%s'", library ? library : "(this process)", symbol);
+    }
+    void *ctx = NULL;
+    bl_fn_fini fini = NULL;
+    if (init_symbol && *init_symbol) {
+        bl_fn_init init = (bl_fn_init)dlsym(dl, init_symbol);
+        if (fini_symbol && *fini_symbol) fini = (bl_fn_fini)dlsym(dl, fini_symbol);
+        if (!init || (fini_symbol && *fini_symbol && !fini)) {
+            dlclose(dl);
+            return fail(BL_EINVAL, "set_coprocessor_fn: '%s' lacks '%s' or '%s'", library, init_symbol, fini_symbol ? fini_symbol : "");
+        }
+        int32_t irc = init(params, params_len, &ctx);
+        if (irc != 0) {
+            dlclose(dl);
+            return fail(BL_EFN, "set_coprocessor_fn: %s returned %d building the context of %s", init_symbol, irc, symbol);
+        }
+    }
+    rc = bl_set_coprocessor_fn(s, decoder_id, fn, ctx);
+    struct owned_ctx *o = calloc(1, sizeof *o);
+    if (!o) rc = fail(BL_ENOMEM, "set_coprocessor_fn: out of memory");
+    if (rc) {
+        if (fini && ctx) fini(ctx);
+        dlclose(dl);
+        free(o);
+        return rc;
+    }
+    *o = (struct owned_ctx){fini, ctx, dl, s->owned};
+    s->owned = o;
+    return BL_OK;
+}
+
 BL_API int32_t bl_start(bl_session *s) {
     int32_t rc = expect_state(s, "start", ST_CONFIGURED);
     if (rc) return rc;
@@ -818,6 +870,12 @@ BL_API int32_t bl_destroy(bl_session *s) {
     registry_remove(s);
     pthread_mutex_unlock(&registry_lock);
     s->be->close(s->impl);
+    for (struct owned_ctx *o = s->owned, *next; o; o = next) {
+        next = o->next;
+        if (o->fini && o->ctx) o->fini(o->ctx);
+        dlclose(o->dl);
+        free(o);
+    }
     s->magic = 0;
     free(s->post_time);
     free(s->fns);

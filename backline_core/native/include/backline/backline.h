@@ -103,6 +103,14 @@ BL_API int32_t bl_establish_channel(bl_session *s);
 BL_API int32_t bl_set_message_sizes(bl_session *s, uint32_t in_bytes, uint32_t out_bytes);
 BL_API int32_t bl_set_coprocessor_fn(bl_session *s, uint32_t decoder_id, bl_coprocessor_fn fn,
                                      void *ctx);
+/* The same, naming the function by library and symbol (what compiled code can do):
+ * dlopen `library` (NULL: this process), dlsym `symbol`, and if `init_symbol` is not
+ * NULL build ctx with it from `params`. The context lives until the session is destroyed
+ * (fini_symbol, if not NULL, frees it then). */
+BL_API int32_t bl_set_coprocessor_fn_by_name(bl_session *s, uint32_t decoder_id, const char *library,
+                                             const char *symbol, const char *init_symbol,
+                                             const char *fini_symbol, const uint8_t *params,
+                                             uint64_t params_len);
 BL_API int32_t bl_start(bl_session *s);
 
 /* Rounds (controller). Payloads may vary per round up to in_bytes. Up to `slots`
