@@ -62,7 +62,7 @@ class BenchConfig:
         if self.cadence not in ("b2b", "random-delayed"):
             raise BacklineError(f"--cadence {self.cadence!r}: choose b2b or random-delayed")
         if self.driver not in ("native", "python"):
-            raise BacklineError(f"--driver {self.driver!r}: choose native or python")
+            plugins.get("driver", self.driver)  # an unknown name lists the installed drivers
         if self.payload_bytes < 1:
             raise BacklineError(f"--payload-bytes {self.payload_bytes}: must be at least 1")
         if self.code is not None and not 0 < self.error_rate < 1:
@@ -123,7 +123,8 @@ class BenchResult:
         if self.native is not None:
             native = self.native.stats()
             out["native"] = native
-            out["python_adds_median_ns"] = steady["median_ns"] - native["median_ns"]
+            out["driver_adds_median_ns"] = steady["median_ns"] - native["median_ns"]
+            out["driver_to_native_median"] = steady["median_ns"] / native["median_ns"]
         return out
 
 
@@ -216,6 +217,29 @@ class _Runner:
                 self.mismatched += 1
         out[:] = times
 
+    def use_plugin_driver(self, key: str, table: tuple[bytes, bytes, int] | None) -> None:
+        """Rounds from a driver plugin (e.g. compiled code); replies are checked here."""
+        cfg = self.cfg
+        if cfg.cadence != "b2b":
+            raise BacklineError(f"--driver {cfg.driver} issues back-to-back rounds only; use --cadence b2b")
+        if table is None:  # echo: a table of index payloads, each echoed
+            payloads = b"".join(_index_payload(i, cfg.payload_bytes) for i in range(PAYLOAD_TABLE))
+            table = (payloads, payloads, cfg.payload_bytes)
+        self._plugin_table = table
+        make = plugins.get("driver", cfg.driver).load()
+        self._plugin_run = make(key, cfg.decoder_id, table)
+
+    def plugin(self, first: int, out: np.ndarray) -> None:
+        payloads, expected, reply_bytes = self._plugin_table
+        replies = np.zeros((out.size, reply_bytes), dtype=np.uint8)
+        status = self._plugin_run(first, out, replies)
+        if status:
+            raise from_status(status, last_error())
+        n = len(expected) // reply_bytes
+        want = np.frombuffer(expected, dtype=np.uint8).reshape(n, reply_bytes)
+        rows = (first + np.arange(out.size)) % n
+        self.mismatched += int((replies != want[rows]).any(axis=1).sum())
+
     def _gaps(self, n: int) -> list[int]:
         gaps = []
         for _ in range(n):
@@ -302,12 +326,14 @@ def _measure(cfg: BenchConfig, session: Any, report: Callable[[str], None],
     runner = _Runner(cfg)
     if table is not None:
         runner.set_table(*table)
+    if cfg.driver not in ("native", "python"):
+        runner.use_plugin_driver(session.key, table)
     steady = cfg.rounds - 1
     r0 = np.zeros(1, dtype=np.uint64)
     runner.framework(session, 0, r0)
     framework = np.zeros(steady, dtype=np.uint64)
     floor = np.zeros(steady, dtype=np.uint64)
-    native = np.zeros(steady, dtype=np.uint64) if cfg.driver == "python" else None
+    native = np.zeros(steady, dtype=np.uint64) if cfg.driver != "native" else None
     warm = np.zeros(max(cfg.warmup, 1), dtype=np.uint64)
     done, first = 0, 1
     t_start = time.monotonic()
@@ -320,6 +346,9 @@ def _measure(cfg: BenchConfig, session: Any, report: Callable[[str], None],
             runner.framework(session, first, warm[:cfg.warmup])
         if cfg.driver == "python":
             runner.python(session, first, framework[sl])
+            runner.framework(session, first, native[sl])
+        elif cfg.driver != "native":
+            runner.plugin(first, framework[sl])
             runner.framework(session, first, native[sl])
         else:
             runner.framework(session, first, framework[sl])
@@ -359,19 +388,20 @@ def format_report(result: BenchResult) -> str:
         f"cpus={cfg.controller_cpu}->{cfg.coprocessor_cpu}",
         f"round 0: {result.round0_ns / 1000:.3f} us (set-up effects; excluded below)",
         f"steady state ({cfg.rounds - 1:,} rounds, us):",
-        f"  {'path':<44}{'mean':>9}{'median':>9}{'P99':>9}{'P99.9':>9}{'P99.99':>9}{'P99.999':>9}{'max':>10}",
+        f"  {'path':<44}{'mean':>10}{'median':>10}{'P99':>10}{'P99.9':>10}{'P99.99':>10}{'P99.999':>10}{'max':>11}",
     ]
     for series in rows:
         s = series.stats()
         lines.append(
-            f"  {series.name:<44}{s['mean_ns'] / 1e3:9.3f}{s['median_ns'] / 1e3:9.3f}{s['p99_ns'] / 1e3:9.3f}"
-            f"{s['p999_ns'] / 1e3:9.3f}{s['p9999_ns'] / 1e3:9.3f}{s['p99999_ns'] / 1e3:9.3f}{s['max_ns'] / 1e3:10.3f}"
+            f"  {series.name:<44}{s['mean_ns'] / 1e3:10.3f}{s['median_ns'] / 1e3:10.3f}{s['p99_ns'] / 1e3:10.3f}"
+            f"{s['p999_ns'] / 1e3:10.3f}{s['p9999_ns'] / 1e3:10.3f}{s['p99999_ns'] / 1e3:10.3f}{s['max_ns'] / 1e3:11.3f}"
         )
     data = result.to_json()
     lines.append(f"framework/floor: median {data['ratio']['median']:.3f}x, P99 {data['ratio']['p99']:.3f}x, "
                  f"mean {data['ratio']['mean']:.3f}x (timer resolution {result.timer_resolution_ns:.1f} ns)")
-    if "python_adds_median_ns" in data:
-        lines.append(f"Python driver adds {data['python_adds_median_ns'] / 1e3:+.3f} us to the median over the native driver")
+    if "driver_adds_median_ns" in data:
+        lines.append(f"{cfg.driver} driver adds {data['driver_adds_median_ns'] / 1e3:+.3f} us to the median over the "
+                     f"native driver ({data['driver_to_native_median']:.3f}x)")
     lines.append(f"lost: {result.lost}  mismatched replies: {result.mismatched}  (every reply checked)")
     return "\n".join(lines)
 

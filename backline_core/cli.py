@@ -29,7 +29,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         print("no plugins installed")
         return 0
     width = max(len(r.name) for r in rows)
-    for kind in ("transport", "decoder", "executor", "pass", "device"):
+    for kind in ("transport", "decoder", "executor", "pass", "device", "driver"):
         kind_rows = [r for r in rows if r.kind == kind]
         if not kind_rows:
             continue
@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=1, help="LFSR seed (nonzero)")
     b.add_argument("--controller-cpu", default="0", help="CPU for the issuing thread, or none")
     b.add_argument("--coprocessor-cpu", default="1", help="CPU for the coprocessor and the floor responder, or none")
-    b.add_argument("--driver", default="native", choices=("native", "python"))
+    b.add_argument("--driver", default="native",
+                   help="native, python, or a driver plugin such as compiled (backline-compiler)")
     b.add_argument("--code", metavar="NPZ", help="CSS code (Hx, Hz) for a decoder such as bposd; payloads become "
                    "syndromes of random errors and --payload-bytes follows the code")
     b.add_argument("--error-rate", type=float, default=0.05, help="with --code: independent bit-flip probability")

@@ -36,6 +36,7 @@ ENTRY_POINT_GROUPS: Mapping[str, str] = MappingProxyType(
         "backline.executors": "executor",
         "backline.passes": "pass",
         "backline.devices": "device",
+        "backline.drivers": "driver",
     }
 )
 
@@ -129,6 +130,15 @@ class Device(_Loadable):
     """A quantum-device runtime; ``load()`` returns the path of its shared library."""
 
 
+class RoundDriver(_Loadable):
+    """A way to issue benchmark rounds (``backline bench --driver NAME``).
+
+    ``load()`` returns a factory ``make(key, decoder_id, table) -> run`` where
+    ``run(first, rtt_out, replies_out) -> int`` issues ``len(rtt_out)`` rounds on the
+    controller session registered under ``key`` and returns the runtime status (0 = ok).
+    """
+
+
 #: kind -> (record type, hook name)
 RECORD_TYPES: Mapping[str, tuple[type, str]] = MappingProxyType(
     {
@@ -137,6 +147,7 @@ RECORD_TYPES: Mapping[str, tuple[type, str]] = MappingProxyType(
         "executor": (Executor, "backline_executors"),
         "pass": (Pass, "backline_passes"),
         "device": (Device, "backline_devices"),
+        "driver": (RoundDriver, "backline_drivers"),
     }
 )
 
@@ -163,3 +174,7 @@ class BacklineSpecs:
     @hookspec
     def backline_devices(self) -> Sequence[Device]:
         """Quantum-device runtimes this plugin provides."""
+
+    @hookspec
+    def backline_drivers(self) -> Sequence[RoundDriver]:
+        """Benchmark round drivers this plugin provides."""

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from backline_core.hookspecs import ENTRY_POINT_GROUPS
+
 KEYS = {"kind", "name", "distribution", "version", "serves", "error"}
 
 
@@ -41,7 +43,7 @@ def test_plugins_json_rows(listing_json):
     assert isinstance(listing_json, list) and listing_json
     for row in listing_json:
         assert set(row) == KEYS
-        assert row["kind"] in {"transport", "decoder", "executor", "pass", "device"}
+        assert row["kind"] in set(ENTRY_POINT_GROUPS.values())
     builtin = {row["name"]: row for row in listing_json if row["kind"] == "decoder" and row["distribution"] == "backline-core"}
     assert {"echo", "steane"} <= set(builtin)
     for name in ("echo", "steane"):

@@ -52,7 +52,7 @@ def test_bench_runs_and_reports(extra, tmp_path, no_new_shm):
         assert needle in text, f"{needle!r} missing from:\n{text}"
     assert "lost: 0" in text and "mismatched replies: 0" in text
     if "--driver" in extra:
-        assert "Python driver adds" in text and "python driver" in text and "native driver" in text
+        assert "python driver adds" in text and "python driver" in text and "native driver" in text
     data = json.loads(out_json.read_text())
     for dotted in ("steady.median_ns", "steady.p99_ns", "steady.p999_ns", "floor.median_ns", "floor.p99_ns"):
         value = dig(data, dotted)
@@ -63,7 +63,7 @@ def test_bench_runs_and_reports(extra, tmp_path, no_new_shm):
     assert data["rounds"] == 20000
     assert data["steady"]["rounds"] == 19999 and data["floor"]["rounds"] == 19999
     if "--driver" in extra:
-        assert data["native"]["rounds"] == 19999 and "python_adds_median_ns" in data
+        assert data["native"]["rounds"] == 19999 and "driver_adds_median_ns" in data
     assert data["config"]["locality"] == extra[1]
     assert out_png.exists() and out_png.stat().st_size > 0
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -144,3 +144,10 @@ def test_serve_for_a_duration_then_exits_cleanly(key):
     result = backline("coprocessor", "serve", "--fn", "echo", "--key", key, "--duration", "0.2")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"ready key={key}")
+
+
+def test_unknown_driver_lists_the_installed_ones():
+    proc = subprocess.run([sys.executable, "-m", "backline_core.cli", "bench", "--driver", "warp", "--rounds", "100",
+                           "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "unknown driver 'warp'" in proc.stderr

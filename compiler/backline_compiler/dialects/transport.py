@@ -665,6 +665,27 @@ class DestroyOp(_SessionOp):
         super().__init__(operands=[session])
 
 
+# -- status ----------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class TakeStatusOp(IRDLOperation):
+    """The first runtime failure recorded on this thread since the last take (0 if none).
+
+    Lowered transport ops record every status instead of branching on it; a function
+    returns this to its caller, and ``bl_last_error()`` then gives that failure's text.
+    """
+
+    name = "transport.take_status"
+
+    status = result_def(i32)
+
+    assembly_format = "attr-dict `:` type($status)"
+
+    def __init__(self):
+        super().__init__(result_types=[i32])
+
+
 Transport = Dialect(
     "transport",
     [
@@ -687,6 +708,7 @@ Transport = Dialect(
         LastRttNsOp,
         StopOp,
         DestroyOp,
+        TakeStatusOp,
     ],
     [SessionType, TokenType, BacklineAttr],
 )
