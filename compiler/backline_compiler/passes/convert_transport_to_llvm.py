@@ -207,9 +207,9 @@ class _Lowering:
     def _set_fn(self, op: t.SetCoprocessorFnOp, ops: list[Operation]) -> list[Operation]:
         def optional(attr: StringAttr | None) -> SSAValue:
             if attr is None or not attr.data:
-                null = llvm.IntToPtrOp(self.const(ops, 0, i64), PTR)  # xDSL's backend has no llvm.mlir.zero
+                null = llvm.IntToPtrOp(self.const(ops, 0, i64))  # xDSL's backend has no llvm.mlir.zero
                 ops.append(null)
-                return null.result
+                return null.output
             return self.cstring(ops, attr.data)
 
         context = bytes.fromhex(op.context.data) if getattr(op, "context", None) is not None else b""

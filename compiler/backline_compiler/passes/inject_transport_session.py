@@ -1,0 +1,366 @@
+"""inject-transport-session: the placement's session bring-up and teardown, as IR.
+
+The pass reads the module attribute ``backline.placement`` (a ``#transport.backline<...>``
+on the ``builtin.module``); without it the pass does nothing. For every coprocessor of the
+placement, keyed by the coprocessor's name (the session registry key), it emits
+
+* into ``llvm.func @backline_setup() -> i32`` the bring-up, and
+* into ``llvm.func @backline_teardown() -> i32`` the teardown,
+
+each function returning ``transport.take_status`` (the runtime's first failure recorded on
+the calling thread, 0 if none). The functions are created if absent (external linkage).
+An existing one must have the type ``() -> i32``; the bring-up is prepended to its entry
+block, the teardown is inserted before each ``llvm.return``, and a return that does not
+already return a ``transport.take_status`` returns its value only when the runtime
+recorded no failure (``select(take_status == 0, value, take_status)``).
+
+Bring-up of key ``K``:
+
+* Co-located coprocessor -- the node is not dispatched (no ``remote``, no
+  ``executor_options``) and its ``init_args`` ``locality`` is not ``"process"``: its
+  coprocessor session is brought up first, in setup::
+
+      %cop = transport.create {..., key = K, config = <node config>, hardware} : !transport.session<coprocessor>
+      %t0 = transport.connect_async %cop ; transport.await %t0
+      %t1 = transport.exchange_keys_async %cop ; transport.await %t1
+      transport.establish_channel %cop
+      transport.set_coprocessor_fn %cop {symbol, library, decoder_id, init_symbol?, fini_symbol?, context?}
+          (one per decoder_id of the node's coprocessor_fn)
+      transport.start %cop
+
+  Each ``*_async`` step is awaited before the controller's ``connect``: a controller
+  connects to a coprocessor that has exchanged keys (memcpy's controller waits for that),
+  so awaiting later could hold the controller's connect until its deadline.
+  ``coprocessor_fn`` is resolved with :func:`backline_core.session.resolve_function`; it
+  must be native (library + symbol). A Python callable is an error: compiled code cannot
+  bind a Python function.
+* Always, the controller side, on the placement's controller node::
+
+      %ctl = transport.create {..., key = K, config = <controller config>, hardware} : !transport.session<controller>
+      transport.connect / exchange_keys / establish_channel %ctl
+      transport.set_message_sizes %ctl {in_bytes, out_bytes}
+      transport.start %ctl
+
+A coprocessor with ``locality = "process"`` or a dispatched one is brought up outside the
+program (``backline coprocessor serve``, an executor), so only its controller side is
+emitted. ``backend_lib`` is ``placement.transport_record.library(hardware, role)``.
+
+Message sizes: the pass options ``in-bytes`` / ``out-bytes`` (default 8 each) apply to every
+key, unless the module attribute ``backline.message_sizes`` overrides a key::
+
+    module attributes {backline.message_sizes = {dec = [16, 4]}, backline.placement = ...}
+
+(a dictionary from coprocessor name to ``[in_bytes, out_bytes]``, positive integers; a
+name that is not a coprocessor of the placement is an error).
+
+Teardown of key ``K``: ``transport.get_session`` + ``transport.stop`` + ``transport.destroy``
+of the controller, then of the co-located coprocessor.
+
+Idempotent: a side whose ``transport.create`` (same role and key) is already in
+``@backline_setup`` is not brought up again, and a side whose session is already destroyed
+in ``@backline_teardown`` is not torn down again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import llvm
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    i32,
+)
+from xdsl.ir import Block, Operation, Region
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.utils.exceptions import PassFailedException
+
+from backline_core.coprocessor_function import CoprocessorFunction
+from backline_core.placement import Coprocessor, Placement
+from backline_core.session import resolve_function
+
+from ..dialects import transport as t
+
+#: Module attribute holding the placement (a #transport.backline<...>).
+PLACEMENT_ATTR = "backline.placement"
+#: Module attribute with per-key message sizes: {key = [in_bytes, out_bytes]}.
+MESSAGE_SIZES_ATTR = "backline.message_sizes"
+SETUP = "backline_setup"
+TEARDOWN = "backline_teardown"
+
+_NAME = "inject-transport-session"
+_ICMP_EQ = 0  # llvm.icmp predicate "eq"
+
+
+def module_placement(module: ModuleOp, pass_name: str) -> Placement | None:
+    """The placement on ``module`` (None without the attribute); the core validates it."""
+    attr = module.attributes.get(PLACEMENT_ATTR)
+    if attr is None:
+        return None
+    if not isinstance(attr, t.BacklineAttr):
+        raise PassFailedException(
+            f"{pass_name}: module attribute {PLACEMENT_ATTR} must be a #transport.backline<...> placement, got {attr}"
+        )
+    return attr.placement()  # VerifyException with the core's message if invalid
+
+
+def co_located(node: Coprocessor) -> bool:
+    """Whether the program itself brings up ``node``'s coprocessor session."""
+    return not node.dispatched and node.init_args.get("locality") != "process"
+
+
+def _names(placement: Placement) -> str:
+    return ", ".join(repr(n.name) for n in placement.coprocessors) or "none"
+
+
+def _message_sizes(module: ModuleOp, placement: Placement, in_bytes: int, out_bytes: int) -> dict[str, tuple[int, int]]:
+    sizes = {node.name: (in_bytes, out_bytes) for node in placement.coprocessors}
+    attr = module.attributes.get(MESSAGE_SIZES_ATTR)
+    if attr is None:
+        return sizes
+    form = "{<coprocessor name> = [<in_bytes>, <out_bytes>]}"
+    if not isinstance(attr, DictionaryAttr):
+        raise PassFailedException(f"{_NAME}: module attribute {MESSAGE_SIZES_ATTR} must be a dictionary {form}, got {attr}")
+    for key, value in attr.data.items():
+        if key not in sizes:
+            raise PassFailedException(
+                f"{_NAME}: {MESSAGE_SIZES_ATTR} names {key!r}, which is not a coprocessor of the placement; "
+                f"coprocessors: {_names(placement)}"
+            )
+        pair = list(value.data) if isinstance(value, ArrayAttr) else []
+        numbers = [v.value.data for v in pair if isinstance(v, IntegerAttr)]
+        if len(pair) != 2 or len(numbers) != 2 or min(numbers) <= 0:
+            raise PassFailedException(
+                f"{_NAME}: {MESSAGE_SIZES_ATTR}[{key!r}] must be [in_bytes, out_bytes], two positive integers, got {value}"
+            )
+        sizes[key] = (numbers[0], numbers[1])
+    return sizes
+
+
+def _native_function(node: Coprocessor) -> CoprocessorFunction:
+    fn = node.coprocessor_fn
+    try:
+        function = resolve_function(fn)
+    except Exception as exc:  # a decoder factory that needs parameters, a broken plugin, ...
+        raise PassFailedException(
+            f"{_NAME}: coprocessor {node.name!r}: cannot build its coprocessor_fn {fn!r}: {exc}"
+        ) from exc
+    if function.is_python:
+        raise PassFailedException(
+            f"{_NAME}: coprocessor {node.name!r} runs the Python callable {function.name!r} as its coprocessor_fn, "
+            "and compiled code cannot bind a Python function. Use a native decoder: a decoder plugin name "
+            "(e.g. coprocessor_fn = \"steane\" or \"echo\") or a CoprocessorFunction with library= and symbol=; "
+            "or serve this coprocessor outside the program (init_args locality = \"process\" and "
+            "`backline coprocessor serve`)"
+        )
+    return function
+
+
+# -- the two functions ----------------------------------------------------------------------
+
+
+def _existing_function(module: ModuleOp, name: str) -> llvm.FuncOp | None:
+    """``@name`` of ``module`` if there is one; it must be an ``llvm.func () -> i32``."""
+    for op in module.ops:
+        sym = op.properties.get("sym_name") or op.attributes.get("sym_name")
+        if not (isinstance(sym, StringAttr) and sym.data == name):
+            continue
+        if not isinstance(op, llvm.FuncOp):
+            raise PassFailedException(f"{_NAME}: @{name} must be an llvm.func () -> i32, but it is a {op.name}")
+        ftype = op.function_type
+        if len(ftype.inputs.data) or ftype.output != i32 or ftype.is_variadic:
+            raise PassFailedException(f"{_NAME}: @{name} must have the type () -> i32, not {ftype}")
+        return op
+    return None
+
+
+def _function(module: ModuleOp, name: str) -> llvm.FuncOp:
+    """``llvm.func @name() -> i32`` of ``module``; created (returning take_status) if absent,
+    and given that body if it is only a declaration."""
+    fn = _existing_function(module, name)
+    if fn is None:
+        fn = llvm.FuncOp(name, llvm.LLVMFunctionType([], i32), linkage=llvm.LinkageAttr("external"), body=Region())
+        module.body.block.add_op(fn)
+    if not fn.body.blocks:
+        _returning_status(fn.body)
+    return fn
+
+
+def _returning_status(body: Region) -> None:
+    status = t.TakeStatusOp()
+    body.add_block(Block([status, llvm.ReturnOp(status.status)]))
+
+
+def _returns(fn: llvm.FuncOp) -> list[llvm.ReturnOp]:
+    return [op for op in fn.walk() if isinstance(op, llvm.ReturnOp)]
+
+
+def _returns_status(ret: llvm.ReturnOp) -> bool:
+    """Whether ``ret`` already returns a take_status, bare or as :func:`_report_status` builds it."""
+    value = ret.arg
+    if value is None:
+        return False
+    owner = value.owner
+    if isinstance(owner, llvm.SelectOp):
+        owner = owner.rhs.owner
+    return isinstance(owner, t.TakeStatusOp)
+
+
+def _before_status(ret: llvm.ReturnOp) -> InsertPoint:
+    """Where teardown goes: before the take_status ``ret`` returns (so that it sees the
+    teardown's failures), else right before ``ret``."""
+    value = ret.arg
+    if value is not None and isinstance(value.owner, t.TakeStatusOp) and value.owner.parent is ret.parent:
+        return InsertPoint.before(value.owner)
+    return InsertPoint.before(ret)
+
+
+def _report_status(ret: llvm.ReturnOp) -> None:
+    """Make ``ret`` return the runtime's first failure, or its own value if there is none."""
+    if ret.arg is None or _returns_status(ret):
+        return
+    status = t.TakeStatusOp()
+    zero = llvm.ConstantOp(IntegerAttr(0, i32), i32)
+    ok = llvm.ICmpOp(status.status, zero.result, IntegerAttr(_ICMP_EQ, 64))
+    pick = llvm.SelectOp(ok.res, ret.arg, status.status)
+    Rewriter.insert_op([status, zero, ok, pick], InsertPoint.before(ret))
+    ret.operands[0] = pick.res
+
+
+def _role_keys(fn: llvm.FuncOp, teardown: bool) -> set[tuple[str, str]]:
+    """(role, key) already brought up in setup (a transport.create) or torn down in teardown
+    (a transport.get_session whose session is destroyed)."""
+    out: set[tuple[str, str]] = set()
+    for op in fn.walk():
+        if teardown and isinstance(op, t.GetSessionOp):
+            if any(isinstance(use.operation, t.DestroyOp) for use in op.session.uses):
+                out.add((op.session.type.role_name, op.key.data))
+        elif not teardown and isinstance(op, t.CreateOp):
+            out.add((op.session.type.role_name, op.key.data))
+    return out
+
+
+# -- bring-up and teardown ops ---------------------------------------------------------------
+
+
+def _controller_bring_up(placement: Placement, key: str, sizes: tuple[int, int]) -> list[Operation]:
+    node = placement.controller
+    create = t.CreateOp(
+        t.CONTROLLER,
+        transport=placement.transport,
+        backend_lib=placement.transport_record.library(node.hardware, t.CONTROLLER),
+        key=key,
+        config=node.config_string(),
+        hardware=node.hardware,
+    )
+    s = create.session
+    return [
+        create,
+        t.ConnectOp(s),
+        t.ExchangeKeysOp(s),
+        t.EstablishChannelOp(s),
+        t.SetMessageSizesOp(s, sizes[0], sizes[1]),
+        t.StartOp(s),
+    ]
+
+
+def _coprocessor_bring_up(placement: Placement, node: Coprocessor, function: CoprocessorFunction) -> list[Operation]:
+    create = t.CreateOp(
+        t.COPROCESSOR,
+        transport=placement.transport,
+        backend_lib=placement.transport_record.library(node.hardware, t.COPROCESSOR),
+        key=node.name,
+        config=node.config_string(),
+        hardware=node.hardware,
+    )
+    s = create.session
+    connect = t.ConnectAsyncOp(s)
+    keys = t.ExchangeKeysAsyncOp(s)
+    ops: list[Operation] = [create, connect, t.AwaitOp(connect.token), keys, t.AwaitOp(keys.token), t.EstablishChannelOp(s)]
+    for decoder_id in function.decoder_ids:
+        ops.append(
+            t.SetCoprocessorFnOp(
+                s,
+                symbol=function.symbol or "",
+                library=function.library or "",
+                decoder_id=decoder_id,
+                init_symbol=function.init_symbol,
+                fini_symbol=function.fini_symbol,
+                context=function.context.hex() if function.context else None,
+            )
+        )
+    ops.append(t.StartOp(s))
+    return ops
+
+
+def _teardown(role: str, key: str) -> list[Operation]:
+    get = t.GetSessionOp(role, key)
+    return [get, t.StopOp(get.session), t.DestroyOp(get.session)]
+
+
+def _prepend(fn: llvm.FuncOp, ops: list[Operation]) -> None:
+    entry = fn.body.blocks.first
+    assert entry is not None
+    if entry.first_op is None:
+        entry.add_ops(ops)
+    else:
+        Rewriter.insert_op(ops, InsertPoint.before(entry.first_op))
+
+
+@dataclass(frozen=True)
+class InjectTransportSession(ModulePass):
+    """Bring-up into @backline_setup, teardown into @backline_teardown (see the module docstring).
+
+    Options: ``in-bytes`` / ``out-bytes``, the request and reply size of every key's
+    controller (``set_message_sizes``), unless ``backline.message_sizes`` overrides a key.
+    """
+
+    name = "inject-transport-session"
+
+    in_bytes: int = 8
+    out_bytes: int = 8
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        placement = module_placement(op, self.name)
+        if placement is None:
+            return
+        for field in ("in_bytes", "out_bytes"):
+            value = getattr(self, field)
+            if value <= 0:
+                raise PassFailedException(f"{self.name}: option {field.replace('_', '-')} must be positive, got {value}")
+        sizes = _message_sizes(op, placement, self.in_bytes, self.out_bytes)
+
+        # Everything is checked and built before the module changes.
+        old_setup, old_teardown = _existing_function(op, SETUP), _existing_function(op, TEARDOWN)
+        brought_up = _role_keys(old_setup, teardown=False) if old_setup else set()
+        torn_down = _role_keys(old_teardown, teardown=True) if old_teardown else set()
+        setup_ops: list[Operation] = []
+        to_tear_down: list[tuple[str, str]] = []  # (role, key), in teardown order
+        for node in placement.coprocessors:
+            key, local = node.name, co_located(node)
+            if local and (t.COPROCESSOR, key) not in brought_up:
+                setup_ops += _coprocessor_bring_up(placement, node, _native_function(node))
+            if (t.CONTROLLER, key) not in brought_up:
+                setup_ops += _controller_bring_up(placement, key, sizes[key])
+            if (t.CONTROLLER, key) not in torn_down:
+                to_tear_down.append((t.CONTROLLER, key))
+            if local and (t.COPROCESSOR, key) not in torn_down:
+                to_tear_down.append((t.COPROCESSOR, key))
+
+        if setup_ops:
+            setup = _function(op, SETUP)
+            _prepend(setup, setup_ops)
+            for ret in _returns(setup):
+                _report_status(ret)
+        if to_tear_down:
+            teardown = _function(op, TEARDOWN)
+            for ret in _returns(teardown):  # before every return: each exit path tears down
+                at = _before_status(ret)
+                for role, key in to_tear_down:
+                    Rewriter.insert_op(_teardown(role, key), at)
+                _report_status(ret)

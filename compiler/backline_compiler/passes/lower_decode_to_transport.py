@@ -1,0 +1,129 @@
+"""lower-decode-to-transport: each ``bqec.decode`` becomes one transport round.
+
+::
+
+    bqec.decode %syn, %corr {check_type = "z", tanner = #bqec.tanner<MxN, "...">}
+
+becomes, on the controller session of the chosen coprocessor ``K``::
+
+    %s = transport.get_session {key = K} : !transport.session<controller>
+    %len = llvm.mlir.constant(<ceil(M/8)> : i32) : i32          // tanner.syndrome_bytes
+    transport.stage_payload %s, %syn, %len {decoder_id = 1 : i32} : !transport.session<controller>
+    transport.post %s : !transport.session<controller>
+    %cap = llvm.mlir.constant(<ceil(N/8)> : i32) : i32          // tanner.correction_bytes
+    %n = transport.collect %s, %corr, %cap : !transport.session<controller> -> i32
+
+``decoder_id`` is 0 for ``check_type = "x"`` and 1 for ``"z"``. The session is found by key
+(``inject-transport-session`` brings it up in ``@backline_setup``), so the round may sit in
+any function.
+
+Choosing ``K``:
+
+* the op's ``coprocessor`` property, when given; it must name a coprocessor of the
+  placement (otherwise an error listing them);
+* otherwise the pass option ``policy``:
+
+  - ``round-robin`` (default): the i-th ``bqec.decode`` of the module (0-based, in program
+    order, i.e. a pre-order walk, counting decodes that name their coprocessor too) goes
+    to coprocessor ``i mod count``, in the placement's order. Pinning one decode therefore
+    does not move the others;
+  - ``by-check-type``: ``"x"`` decodes go to the placement's first coprocessor, ``"z"``
+    decodes to its second; an error if a decode needs it and the placement has fewer than
+    two coprocessors.
+
+No-op -- the module is left unchanged and decodes stay local -- when the module has no
+``backline.placement`` attribute or the placement has no coprocessors, so one program
+compiles with and without Backline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import llvm
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i32
+from xdsl.ir import Operation
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.utils.exceptions import PassFailedException
+
+from backline_core.placement import Placement
+
+from ..dialects import bqec
+from ..dialects import transport as t
+from .inject_transport_session import module_placement
+
+ROUND_ROBIN = "round-robin"
+BY_CHECK_TYPE = "by-check-type"
+POLICIES = (ROUND_ROBIN, BY_CHECK_TYPE)
+
+
+def _names(placement: Placement) -> str:
+    return ", ".join(repr(n.name) for n in placement.coprocessors)
+
+
+def _round(key: str, decode: bqec.DecodeOp) -> list[Operation]:
+    tanner = decode.tanner
+    session = t.GetSessionOp(t.CONTROLLER, key)
+    length = llvm.ConstantOp(IntegerAttr(tanner.syndrome_bytes, i32), i32)
+    capacity = llvm.ConstantOp(IntegerAttr(tanner.correction_bytes, i32), i32)
+    s = session.session
+    return [
+        session,
+        length,
+        t.StagePayloadOp(s, decode.syndrome, length.result, decode.decoder_id),
+        t.PostOp(s),
+        capacity,
+        t.CollectOp(s, decode.correction, capacity.result),
+    ]
+
+
+@dataclass(frozen=True)
+class LowerDecodeToTransport(ModulePass):
+    """Each bqec.decode becomes a transport round on a coprocessor (see the module docstring).
+
+    Option ``policy``: ``round-robin`` (default) or ``by-check-type``, for decodes that do
+    not name their coprocessor.
+    """
+
+    name = "lower-decode-to-transport"
+
+    policy: str = ROUND_ROBIN
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.policy not in POLICIES:
+            raise PassFailedException(
+                f"{self.name}: unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}"
+            )
+        placement = module_placement(op, self.name)
+        if placement is None or not placement.coprocessors:
+            return
+        names = [node.name for node in placement.coprocessors]
+        decodes = [o for o in op.walk() if isinstance(o, bqec.DecodeOp)]
+
+        # Choose every key first, so an error leaves the module as it was.
+        keys: list[str] = []
+        for i, decode in enumerate(decodes):
+            if decode.coprocessor is not None:
+                key = decode.coprocessor.data
+                if key not in names:
+                    raise PassFailedException(
+                        f"{self.name}: bqec.decode #{i} names coprocessor {key!r}, which is not in the placement; "
+                        f"coprocessors: {_names(placement)}"
+                    )
+            elif self.policy == ROUND_ROBIN:
+                key = names[i % len(names)]
+            else:
+                if len(names) < 2:
+                    raise PassFailedException(
+                        f"{self.name}: policy by-check-type sends x decodes to the first coprocessor and z decodes "
+                        f"to the second, but the placement has only {len(names)} ({_names(placement)}); add a "
+                        "coprocessor, use policy=round-robin, or name the coprocessor on each bqec.decode"
+                    )
+                key = names[0] if decode.check_type.data == "x" else names[1]
+            keys.append(key)
+
+        for decode, key in zip(decodes, keys):
+            Rewriter.insert_op(_round(key, decode), InsertPoint.before(decode))
+            Rewriter.erase_op(decode)
