@@ -99,6 +99,10 @@ class JitProgram:
             with open(os.path.join(keep_intermediate, "program.s"), "w") as fh:
                 fh.write(tm.emit_assembly(self.ir_module))
         self.engine = llvm.create_mcjit_compiler(self.ir_module, tm)
+        # objects of in-process targets (cross-compile-targets records them on the module)
+        links = module.attributes.get("backline.link_objects")
+        for path in (links.data if links is not None else ()):
+            self.engine.add_object_file(path.data)
         self.engine.finalize_object()
         self._keep: list[Any] = []
 
