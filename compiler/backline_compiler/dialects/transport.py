@@ -249,13 +249,34 @@ _SESSION_FORMAT = "$session attr-dict `:` type($session)"
 
 
 class _SessionOp(IRDLOperation):
-    """An op whose only operand is a session; ``ROLE`` (if set) is the role it needs."""
+    """An op whose first operand is a session; ``ROLE`` (if set) is the role it needs."""
 
     ROLE: ClassVar[str | None] = None
 
     def verify_(self) -> None:
         if self.ROLE is not None:
             _needs_role(self, self.operands[0], self.ROLE)
+
+
+class _SessionOnlyOp(_SessionOp):
+    """An op whose only operand is the session and that has no results."""
+
+    session = operand_def(SessionType)
+    assembly_format = _SESSION_FORMAT
+
+    def __init__(self, session: SSAValue | Operation):
+        super().__init__(operands=[session])
+
+
+class _AsyncSessionOp(_SessionOp):
+    """A bring-up step that returns at once with a token for ``transport.await``."""
+
+    session = operand_def(SessionType)
+    token = result_def(TOKEN)
+    assembly_format = "$session attr-dict `:` type($session) `->` type($token)"
+
+    def __init__(self, session: SSAValue | Operation):
+        super().__init__(operands=[session], result_types=[TOKEN])
 
 
 # -- bring-up -----------------------------------------------------------------------------
@@ -335,57 +356,31 @@ class GetSessionOp(IRDLOperation):
 
 
 @irdl_op_definition
-class ConnectOp(_SessionOp):
+class ConnectOp(_SessionOnlyOp):
     """Reach the peer and bring up the out-of-band channel."""
 
     name = "transport.connect"
 
-    session = operand_def(SessionType)
-    assembly_format = _SESSION_FORMAT
-
-    def __init__(self, session: SSAValue | Operation):
-        super().__init__(operands=[session])
-
 
 @irdl_op_definition
-class ConnectAsyncOp(_SessionOp):
+class ConnectAsyncOp(_AsyncSessionOp):
     """``transport.connect`` that returns at once; ``transport.await`` its token."""
 
     name = "transport.connect_async"
 
-    session = operand_def(SessionType)
-    token = result_def(TOKEN)
-    assembly_format = "$session attr-dict `:` type($session) `->` type($token)"
-
-    def __init__(self, session: SSAValue | Operation):
-        super().__init__(operands=[session], result_types=[TOKEN])
-
 
 @irdl_op_definition
-class ExchangeKeysOp(_SessionOp):
+class ExchangeKeysOp(_SessionOnlyOp):
     """Swap region handles with the peer (provisions the local reply region)."""
 
     name = "transport.exchange_keys"
 
-    session = operand_def(SessionType)
-    assembly_format = _SESSION_FORMAT
-
-    def __init__(self, session: SSAValue | Operation):
-        super().__init__(operands=[session])
-
 
 @irdl_op_definition
-class ExchangeKeysAsyncOp(_SessionOp):
+class ExchangeKeysAsyncOp(_AsyncSessionOp):
     """``transport.exchange_keys`` that returns at once; ``transport.await`` its token."""
 
     name = "transport.exchange_keys_async"
-
-    session = operand_def(SessionType)
-    token = result_def(TOKEN)
-    assembly_format = "$session attr-dict `:` type($session) `->` type($token)"
-
-    def __init__(self, session: SSAValue | Operation):
-        super().__init__(operands=[session], result_types=[TOKEN])
 
 
 @irdl_op_definition
@@ -402,16 +397,10 @@ class AwaitOp(IRDLOperation):
 
 
 @irdl_op_definition
-class EstablishChannelOp(_SessionOp):
+class EstablishChannelOp(_SessionOnlyOp):
     """Program the data movement over the exchanged regions."""
 
     name = "transport.establish_channel"
-
-    session = operand_def(SessionType)
-    assembly_format = _SESSION_FORMAT
-
-    def __init__(self, session: SSAValue | Operation):
-        super().__init__(operands=[session])
 
 
 @irdl_op_definition
@@ -511,16 +500,10 @@ def _check_decoder_id(op: Operation, attr: IntegerAttr) -> None:
 
 
 @irdl_op_definition
-class StartOp(_SessionOp):
+class StartOp(_SessionOnlyOp):
     """Run the engine."""
 
     name = "transport.start"
-
-    session = operand_def(SessionType)
-    assembly_format = _SESSION_FORMAT
-
-    def __init__(self, session: SSAValue | Operation):
-        super().__init__(operands=[session])
 
 
 @irdl_op_definition
@@ -553,17 +536,11 @@ class StagePayloadOp(_SessionOp):
 
 
 @irdl_op_definition
-class PostOp(_SessionOp):
+class PostOp(_SessionOnlyOp):
     """Transmit the staged request. Controller only."""
 
     name = "transport.post"
     ROLE: ClassVar[str | None] = CONTROLLER
-
-    session = operand_def(SessionType)
-    assembly_format = _SESSION_FORMAT
-
-    def __init__(self, session: SSAValue | Operation):
-        super().__init__(operands=[session])
 
 
 @irdl_op_definition
@@ -640,29 +617,17 @@ class LastRttNsOp(_SessionOp):
 
 
 @irdl_op_definition
-class StopOp(_SessionOp):
+class StopOp(_SessionOnlyOp):
     """Halt the session (idempotent)."""
 
     name = "transport.stop"
 
-    session = operand_def(SessionType)
-    assembly_format = _SESSION_FORMAT
-
-    def __init__(self, session: SSAValue | Operation):
-        super().__init__(operands=[session])
-
 
 @irdl_op_definition
-class DestroyOp(_SessionOp):
+class DestroyOp(_SessionOnlyOp):
     """Release the session."""
 
     name = "transport.destroy"
-
-    session = operand_def(SessionType)
-    assembly_format = _SESSION_FORMAT
-
-    def __init__(self, session: SSAValue | Operation):
-        super().__init__(operands=[session])
 
 
 # -- status ----------------------------------------------------------------------------------
