@@ -286,14 +286,24 @@ class Placement:
     """A controller, its coprocessors and the transport joining them.
 
     Nodes left unnamed get default names ("controller", "coprocessor0", ...); the
-    stored nodes carry their final names. (The example needs the memcpy transport plugin.)
+    stored nodes carry their final names. The transport must be a plugin; the example
+    registers one in process so it runs with only the core installed.
 
+    >>> from backline_core import Transport, hookimpl, plugins
     >>> from backline_core.placement import Controller, Coprocessor, Placement
+    >>> class Demo:
+    ...     @hookimpl
+    ...     def backline_transports(self):
+    ...         return [Transport(name="demo", summary="an example", library=lambda h, r: "/x.so",
+    ...                           serves=(("cpu", "controller"), ("cpu", "coprocessor")))]
+    >>> demo = Demo()
+    >>> plugins.register(demo)
     >>> def echo(decoder_id, payload):
     ...     return payload
-    >>> p = Placement(controller=Controller(), coprocessors=[Coprocessor(coprocessor_fn=echo)])
+    >>> p = Placement(controller=Controller(), coprocessors=[Coprocessor(coprocessor_fn=echo)], transport="demo")
     >>> [node.name for node in p.nodes], p.transport
-    (['controller', 'coprocessor0'], 'memcpy')
+    (['controller', 'coprocessor0'], 'demo')
+    >>> plugins.unregister(demo)
     """
 
     controller: Controller
