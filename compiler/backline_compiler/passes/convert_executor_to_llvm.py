@@ -1,7 +1,9 @@
 """``convert-executor-to-llvm``: executor ops become calls into the executor runtime's C ABI.
 
 The ABI is declared and documented in ``backline_compiler/runtime/executor.h`` (the runtime
-that implements it is not written yet). Each op becomes an ``llvm.call``::
+that implements it is not written yet). Each op becomes an ``llvm.call``, built, like the
+declarations, string globals and stack slots below, by
+:class:`~.llvm_lowering.LLVMLowering`, which ``convert-transport-to-llvm`` shares::
 
     executor.open(addr)                     -> %s = bl_executor_open(addr) : ptr
     executor.send_binary %s(obj)            -> bl_executor_send_binary(%s, obj)
@@ -19,7 +21,7 @@ that implements it is not written yet). Each op becomes an ``llvm.call``::
 * ``!executor.session`` becomes ``!llvm.ptr`` and ``!executor.token`` becomes ``i64``, wherever
   they appear (op results, block arguments, function signatures).
 * Strings (address, paths, symbols, signatures) become ``internal constant``
-  ``llvm.mlir.global``s named ``__bl_exec_str_<n>`` (NUL-terminated, one per distinct string,
+  ``llvm.mlir.global``s named ``__bl_str_<n>`` (NUL-terminated, one per distinct string,
   names chosen not to clash) read through ``llvm.mlir.addressof``.
 * Operands and results are marshalled through stack slots: one ``llvm.alloca`` per value
   and an ``llvm.alloca N x !llvm.ptr`` of the slot addresses (``argv`` / ``resv``), all allocated
@@ -50,7 +52,7 @@ A target module without ``backline.object_file`` is an error (run ``cross-compil
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from llvmlite import ir
 from xdsl.backend.llvm.convert_type import convert_type
@@ -59,26 +61,22 @@ from xdsl.dialects import func, llvm
 from xdsl.dialects.builtin import (
     ArrayAttr,
     FunctionType,
-    IntegerAttr,
     ModuleOp,
     StringAttr,
-    i8,
     i32,
     i64,
 )
-from xdsl.ir import Attribute, Block, Operation, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.rewriter import Rewriter
+from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import LLVMTranslationException, PassFailedException
 
 from ..dialects import executor
 from .cross_compile_targets import Target, target_modules
 from .dispatch_executor_targets import flat_callee
+from .llvm_lowering import PTR, LLVMLowering
 
-PTR = llvm.LLVMPointerType()
-VOID = llvm.LLVMVoidType()
 LINK_OBJECTS_ATTR = "backline.link_objects"
-STRING_PREFIX = "__bl_exec_str_"
 
 #: name -> (parameter types, result type) of the runtime functions the lowering calls
 RUNTIME_FUNCTIONS: dict[str, tuple[tuple[Attribute, ...], Attribute]] = {
@@ -92,17 +90,11 @@ RUNTIME_FUNCTIONS: dict[str, tuple[tuple[Attribute, ...], Attribute]] = {
     "bl_status_record": ((i32,), i32),
 }
 
-_FUNCS = (llvm.FuncOp, func.FuncOp)
 _EXECUTOR_TYPES: dict[type[Attribute], Attribute] = {executor.SessionType: PTR, executor.TokenType: i64}
 
 
 def _fail(message: str) -> PassFailedException:
     return PassFailedException(f"{ConvertExecutorToLLVM.name}: {message}")
-
-
-def _function_type(name: str) -> llvm.LLVMFunctionType:
-    inputs, output = RUNTIME_FUNCTIONS[name]
-    return llvm.LLVMFunctionType(list(inputs), output)
 
 
 def llvm_signature(inputs: Sequence[Attribute], outputs: Sequence[Attribute]) -> str:
@@ -121,88 +113,12 @@ def _convert_executor_type(t: Attribute) -> Attribute:
     return _EXECUTOR_TYPES.get(type(t), t)
 
 
-@dataclass
 class _Lowering:
-    module: ModuleOp
-    symbols: set[str]
-    strings: dict[str, str] = field(default_factory=dict)
-    new_globals: list[llvm.GlobalOp] = field(default_factory=list)
-    used_runtime: list[str] = field(default_factory=list)
-    entry_cursor: dict[Operation, Operation] = field(default_factory=dict)
-    ones: dict[Operation, SSAValue] = field(default_factory=dict)
+    """The executor ops' lowerings, on top of the shared :class:`LLVMLowering`."""
 
-    # -- helpers ------------------------------------------------------------------------
-
-    def string(self, text: str, before: Operation) -> SSAValue:
-        """The address of a NUL-terminated constant holding ``text``."""
-        name = self.strings.get(text)
-        if name is None:
-            n = len(self.strings)
-            while f"{STRING_PREFIX}{n}" in self.symbols:
-                n += 1
-            name = f"{STRING_PREFIX}{n}"
-            self.symbols.add(name)
-            self.strings[text] = name
-            data = text + "\0"
-            self.new_globals.append(llvm.GlobalOp(
-                llvm.LLVMArrayType(len(data.encode("utf-8")), i8), name, "internal",
-                constant=True, value=StringAttr(data)))
-        addr = llvm.AddressOfOp(name, PTR)
-        _insert_before(addr, before)
-        return addr.result
-
-    def call(self, name: str, args: Sequence[SSAValue], before: Operation) -> llvm.CallOp:
-        if name not in self.used_runtime:
-            self.used_runtime.append(name)
-        _inputs, output = RUNTIME_FUNCTIONS[name]
-        call = llvm.CallOp(name, *args, return_type=None if output == VOID else output)
-        _insert_before(call, before)
-        return call
-
-    def status(self, name: str, args: Sequence[SSAValue], before: Operation) -> None:
-        rc = self.call(name, args, before)
-        assert rc.returned is not None
-        rc.returned.name_hint = "rc"
-        self.call("bl_status_record", [rc.returned], before)
-
-    def constant(self, value: int, type_: Attribute, before: Operation) -> SSAValue:
-        const = llvm.ConstantOp(IntegerAttr(value, type_), type_)
-        _insert_before(const, before)
-        return const.result
-
-    def _function_of(self, op: Operation) -> Operation | None:
-        parent = op.parent_op()
-        while parent is not None and not isinstance(parent, _FUNCS):
-            parent = parent.parent_op()
-        return parent
-
-    def entry(self, anchor: Operation, ops: Sequence[Operation]) -> None:
-        """Insert ``ops`` in the entry block of ``anchor``'s function, after earlier entry ops."""
-        fn = self._function_of(anchor)
-        if fn is None:  # not inside a function: put them right before the op
-            for new in ops:
-                _insert_before(new, anchor)
-            return
-        block: Block = fn.regions[0].blocks[0]
-        cursor = self.entry_cursor.get(fn)
-        if cursor is None:
-            if block.first_op is None:
-                block.add_ops(ops)
-            else:
-                block.insert_ops_before(list(ops), block.first_op)
-        else:
-            block.insert_ops_after(list(ops), cursor)
-        self.entry_cursor[fn] = ops[-1]
-
-    def one(self, anchor: Operation) -> SSAValue:
-        fn = self._function_of(anchor)
-        key = fn if fn is not None else anchor
-        if key not in self.ones:
-            const = llvm.ConstantOp(IntegerAttr(1, i64), i64)
-            const.result.name_hint = "one"
-            self.entry(anchor, [const])
-            self.ones[key] = const.result
-        return self.ones[key]
+    def __init__(self, module: ModuleOp) -> None:
+        self.lo = LLVMLowering(module, RUNTIME_FUNCTIONS, pass_name=ConvertExecutorToLLVM.name,
+                               abi="the executor runtime ABI (runtime/executor.h)")
 
     def slots(self, anchor: Operation, types: Sequence[Attribute], what: str) -> tuple[list[SSAValue], SSAValue | None]:
         """Entry-block stack slots for ``types`` and an array of their addresses (None if empty)."""
@@ -216,23 +132,16 @@ class _Lowering:
                 raise _fail(f"'{anchor.name}' {what} #{i} has type {t}, which has no LLVM lowering: lower it to "
                             "the llvm dialect first (the executor ABI passes integers, floats, !llvm.ptr, "
                             "vectors, arrays and structs by value)") from None
-        one = self.one(anchor)
-        allocas = [_alloca(one, t) for t in types]
-        count = llvm.ConstantOp(IntegerAttr(len(types), i64), i64)
-        array = _alloca(count, PTR)
-        array.res.name_hint = "argv" if what == "operand" else "resv"
+        slots = [self.lo.entry_slot(anchor, t) for t in types]
+        array = self.lo.entry_slot(anchor, PTR, count=len(types))
+        array.name_hint = "argv" if what == "operand" else "resv"
         wiring: list[Operation] = []
-        for i, slot in enumerate(allocas):
+        for i, slot in enumerate(slots):
             # ptr-typed GEP with one index: xDSL's LLVM backend (llvmlite) mistypes array-typed GEPs
             gep = llvm.GEPOp(array, [i], PTR)
             wiring += [gep, llvm.StoreOp(slot, gep)]
-        self.entry(anchor, [*allocas, count, array, *wiring])
-        return [a.res for a in allocas], array.res
-
-    def null(self, before: Operation) -> SSAValue:
-        zero = llvm.ZeroOp.build(result_types=[PTR])
-        _insert_before(zero, before)
-        return zero.res
+        self.lo.at_entry(anchor, wiring)
+        return slots, array
 
     def marshal(self, op: Operation, inputs: Sequence[SSAValue], outputs: Sequence[Attribute]
                 ) -> tuple[SSAValue, SSAValue, list[SSAValue], SSAValue]:
@@ -240,97 +149,58 @@ class _Lowering:
         in_slots, argv = self.slots(op, [v.type for v in inputs], "operand")
         out_slots, resv = self.slots(op, list(outputs), "result")
         for value, slot in zip(inputs, in_slots, strict=True):
-            _insert_before(llvm.StoreOp(value, slot), op)
-        sig = self.string(llvm_signature([v.type for v in inputs], outputs), op)
-        return (argv if argv is not None else self.null(op), resv if resv is not None else self.null(op),
+            self.lo.store(value, slot, op)
+        sig = self.lo.cstring_ptr(llvm_signature([v.type for v in inputs], outputs), op)
+        return (argv if argv is not None else self.lo.null_ptr(op), resv if resv is not None else self.lo.null_ptr(op),
                 out_slots, sig)
 
-    def load_results(self, op: Operation, slots: Sequence[SSAValue], results: Sequence[SSAValue]) -> None:
-        for slot, result in zip(slots, results, strict=True):
-            load = llvm.LoadOp(slot, result.type)
-            _insert_before(load, op)
-            if result.name_hint:
-                load.dereferenced_value.name_hint = result.name_hint
-            result.replace_all_uses_with(load.dereferenced_value)
+    def load_results(self, op: Operation, slots: Sequence[SSAValue]) -> list[SSAValue]:
+        return [self.lo.load(slot, result.type, op) for slot, result in zip(slots, op.results, strict=True)]
 
     # -- the ops ------------------------------------------------------------------------
 
     def lower(self, op: Operation) -> None:
+        lo = self.lo
+        results: list[SSAValue] = []
         match op:
             case executor.OpenOp():
-                session = self.call("bl_executor_open", [self.string(op.address.data, op)], op)
-                assert session.returned is not None
-                session.returned.name_hint = op.session.name_hint or "session"
-                op.session.replace_all_uses_with(session.returned)
+                session = lo.call("bl_executor_open", [lo.cstring_ptr(op.address.data, op)], op)
+                session.name_hint = "session"
+                results = [session]
             case executor.SendBinaryOp():
-                self.status("bl_executor_send_binary", [op.session, self.string(op.object_file.data, op)], op)
+                lo.recorded("bl_executor_send_binary", [op.session, lo.cstring_ptr(op.object_file.data, op)], op)
             case executor.LaunchOp():
                 outputs = [r.type for r in op.outputs]
                 argv, resv, slots, sig = self.marshal(op, list(op.inputs), outputs)
-                self.status("bl_executor_launch", [
-                    op.session, self.string(op.symbol.data, op), self.string(op.object_file.data, op), sig,
-                    argv, self.constant(len(op.inputs), i64, op), resv, self.constant(len(outputs), i64, op)], op)
-                self.load_results(op, slots, list(op.outputs))
+                lo.recorded("bl_executor_launch", [
+                    op.session, lo.cstring_ptr(op.symbol.data, op), lo.cstring_ptr(op.object_file.data, op), sig,
+                    argv, lo.constant(len(op.inputs), i64, op), resv, lo.constant(len(outputs), i64, op)], op)
+                results = self.load_results(op, slots)
             case executor.LaunchAsyncOp():
-                slot = _alloca(self.one(op), i64)
-                slot.res.name_hint = "token_slot"
-                self.entry(op, [slot])
-                _insert_before(llvm.StoreOp(self.constant(0, i64, op), slot), op)
-                self.status("bl_executor_launch_async", [
-                    op.session, self.string(op.symbol.data, op), self.string(op.object_file.data, op), slot.res], op)
-                load = llvm.LoadOp(slot, i64)
-                load.dereferenced_value.name_hint = op.token.name_hint or "token"
-                _insert_before(load, op)
-                op.token.replace_all_uses_with(load.dereferenced_value)
+                slot = lo.entry_slot(op, i64)
+                slot.name_hint = "token_slot"
+                lo.store(lo.constant(0, i64, op), slot, op)
+                lo.recorded("bl_executor_launch_async", [
+                    op.session, lo.cstring_ptr(op.symbol.data, op), lo.cstring_ptr(op.object_file.data, op), slot], op)
+                token = lo.load(slot, i64, op)
+                token.name_hint = "token"
+                results = [token]
             case executor.AwaitOp():
-                self.status("bl_executor_await", [op.session, op.token], op)
+                lo.recorded("bl_executor_await", [op.session, op.token], op)
             case executor.CallOp():
                 outputs = [r.type for r in op.outputs]
                 argv, resv, slots, sig = self.marshal(op, list(op.args), outputs)
-                self.status("bl_executor_call", [
-                    op.session, self.string(op.symbol.data, op), self.string(op.library.data, op), sig,
-                    argv, self.constant(len(op.args), i64, op),
-                    self.constant(op.num_input_args.value.data, i64, op),
-                    resv, self.constant(len(outputs), i64, op)], op)
-                self.load_results(op, slots, list(op.outputs))
+                lo.recorded("bl_executor_call", [
+                    op.session, lo.cstring_ptr(op.symbol.data, op), lo.cstring_ptr(op.library.data, op), sig,
+                    argv, lo.constant(len(op.args), i64, op),
+                    lo.constant(op.num_input_args.value.data, i64, op),
+                    resv, lo.constant(len(outputs), i64, op)], op)
+                results = self.load_results(op, slots)
             case executor.CloseOp():
-                self.status("bl_executor_close", [op.session], op)
+                lo.recorded("bl_executor_close", [op.session], op)
             case _:
                 raise _fail(f"no lowering for '{op.name}'")
-        block = op.parent_block()
-        assert block is not None
-        block.erase_op(op)
-
-
-def _insert_before(new: Operation, existing: Operation) -> None:
-    block = existing.parent_block()
-    assert block is not None
-    block.insert_op_before(new, existing)
-
-
-def _alloca(one: SSAValue, elem_type: Attribute) -> llvm.AllocaOp:
-    alloca = llvm.AllocaOp(one, elem_type)
-    del alloca.properties["alignment"]  # let LLVM pick the type's ABI alignment
-    return alloca
-
-
-def _declare_runtime(module: ModuleOp, names: Sequence[str]) -> None:
-    existing = {op.sym_name.data: op for op in module.ops if isinstance(op, llvm.FuncOp)}
-    decls: list[Operation] = []
-    for name in names:
-        if name not in existing:  # else: checked by _check_runtime_names
-            decls.append(llvm.FuncOp(name, _function_type(name), linkage=llvm.LinkageAttr("external")))
-    _prepend(module, decls)
-
-
-def _prepend(module: ModuleOp, ops: Sequence[Operation]) -> None:
-    if not ops:
-        return
-    block = module.body.block
-    if block.first_op is None:
-        block.add_ops(ops)
-    else:
-        block.insert_ops_before(list(ops), block.first_op)
+        lo.replace(op, results)
 
 
 def _convert_types(module: ModuleOp) -> None:
@@ -387,15 +257,6 @@ def _check_target_modules(module: ModuleOp) -> list[Target]:
     return targets
 
 
-def _check_runtime_names(module: ModuleOp) -> None:
-    """A top-level function named like a runtime function must have the ABI's type."""
-    for op in module.ops:
-        if (isinstance(op, llvm.FuncOp) and (name := op.sym_name.data) in RUNTIME_FUNCTIONS
-                and op.function_type != (want := _function_type(name))):
-            raise _fail(f"@{name} is declared with type {op.function_type}, but the executor runtime ABI "
-                            f"(runtime/executor.h) gives it {want}")
-
-
 def _fold_target_modules(module: ModuleOp, targets: list[Target]) -> None:
     if not targets:
         return
@@ -417,7 +278,8 @@ def _fold_target_modules(module: ModuleOp, targets: list[Target]) -> None:
                     hoisted.append(copy)
                     top_funcs[name] = copy
         module.body.block.erase_op(target.module)
-    _prepend(module, hoisted)
+    if hoisted:
+        Rewriter.insert_op(hoisted, InsertPoint.at_start(module.body.block))
     if objects:
         module.attributes[LINK_OBJECTS_ATTR] = ArrayAttr([StringAttr(o) for o in objects])
 
@@ -429,16 +291,10 @@ class ConvertExecutorToLLVM(ModulePass):
     name = "convert-executor-to-llvm"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        symbols = {name.data for o in op.ops if isinstance(name := getattr(o, "sym_name", None), StringAttr)}
         targets = _check_target_modules(op)
-        executor_ops = [o for o in op.walk() if o.dialect_name() == "executor"]
-        if executor_ops:
-            _check_runtime_names(op)
-        lowering = _Lowering(op, symbols)
-        for o in executor_ops:
+        lowering = _Lowering(op)
+        for o in [o for o in op.walk() if o.dialect_name() == "executor"]:
             lowering.lower(o)
         _convert_types(op)
-        if lowering.used_runtime:
-            _declare_runtime(op, lowering.used_runtime)
-        _prepend(op, lowering.new_globals)
+        lowering.lo.finish()
         _fold_target_modules(op, targets)

@@ -8,8 +8,8 @@
 // CLEAN-NOT: {{^ +}}builtin.module
 
 // CHECK:      builtin.module attributes {backline.workspace = "[[WS:.*]]", backline.link_objects = ["[[WS]]/local.{{.+}}.o"]} {
-// CHECK-NEXT:   llvm.mlir.global internal constant @__bl_exec_str_0("decoder-host:9000\00")
-// CHECK-NEXT:   llvm.mlir.global internal constant @__bl_exec_str_1("[[WS]]/decoder.aarch64-unknown-linux-gnu.o\00")
+// CHECK-NEXT:   llvm.mlir.global internal constant @__bl_str_0("decoder-host:9000\00")
+// CHECK-NEXT:   llvm.mlir.global internal constant @__bl_str_1("[[WS]]/decoder.aarch64-unknown-linux-gnu.o\00")
 // CHECK:        llvm.func @twice(i64) -> i64
 // CHECK-NEXT:   llvm.func @host(%x: i64) -> i64 {
 // CHECK:          %session = llvm.call @bl_executor_open(

@@ -8,7 +8,7 @@
 
 // CHECK:      builtin.module attributes {backline.link_objects = ["/ws/old.o", "/ws/local.x86_64-unknown-linux-gnu.o", "/ws/more.x86_64-unknown-linux-gnu.o"]} {
 // CHECK-NEXT:   llvm.func @thrice(i64) -> i64
-// CHECK-NEXT:   llvm.mlir.global internal constant @__bl_exec_str_0
+// CHECK-NEXT:   llvm.mlir.global internal constant @__bl_str_0
 // CHECK:        llvm.func @bl_executor_open(!llvm.ptr) -> !llvm.ptr
 // CHECK:        llvm.func @bl_executor_close(!llvm.ptr) -> i32
 // CHECK-NEXT:   llvm.func @twice(i64) -> i64

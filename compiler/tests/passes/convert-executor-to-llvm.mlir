@@ -5,18 +5,18 @@
 // CLEAN-NOT: !executor
 
 // One NUL-terminated internal constant per distinct string, named around existing symbols.
-// CHECK:      llvm.mlir.global internal constant @__bl_exec_str_1("decoder-host:9000\00") {addr_space = 0 : i32} : !llvm.array<18 x i8>
-// CHECK-NEXT: llvm.mlir.global internal constant @__bl_exec_str_2("/ws/decode.o\00") {addr_space = 0 : i32} : !llvm.array<13 x i8>
-// CHECK-NEXT: llvm.mlir.global internal constant @__bl_exec_str_3("i64 (i64, ptr)\00") {addr_space = 0 : i32} : !llvm.array<15 x i8>
-// CHECK-NEXT: llvm.mlir.global internal constant @__bl_exec_str_4("decode\00") {addr_space = 0 : i32} : !llvm.array<7 x i8>
-// CHECK-NEXT: llvm.mlir.global internal constant @__bl_exec_str_5("void ()\00") {addr_space = 0 : i32} : !llvm.array<8 x i8>
-// CHECK-NEXT: llvm.mlir.global internal constant @__bl_exec_str_6("tick\00") {addr_space = 0 : i32} : !llvm.array<5 x i8>
-// CHECK-NEXT: llvm.mlir.global internal constant @__bl_exec_str_7("spin\00") {addr_space = 0 : i32} : !llvm.array<5 x i8>
-// CHECK-NEXT: llvm.mlir.global internal constant @__bl_exec_str_8("i32 (i64, ptr)\00") {addr_space = 0 : i32} : !llvm.array<15 x i8>
-// CHECK-NEXT: llvm.mlir.global internal constant @__bl_exec_str_9("fill\00") {addr_space = 0 : i32} : !llvm.array<5 x i8>
-// CHECK-NEXT: llvm.mlir.global internal constant @__bl_exec_str_10("/opt/lib/libfill.so\00") {addr_space = 0 : i32} : !llvm.array<20 x i8>
-// CHECK-NEXT: llvm.mlir.global internal constant @__bl_exec_str_11("{i64, double} (i64)\00") {addr_space = 0 : i32} : !llvm.array<20 x i8>
-// CHECK-NEXT: llvm.mlir.global internal constant @__bl_exec_str_12("pair\00") {addr_space = 0 : i32} : !llvm.array<5 x i8>
+// CHECK:      llvm.mlir.global internal constant @__bl_str_1("decoder-host:9000\00") {addr_space = 0 : i32} : !llvm.array<18 x i8>
+// CHECK-NEXT: llvm.mlir.global internal constant @__bl_str_2("/ws/decode.o\00") {addr_space = 0 : i32} : !llvm.array<13 x i8>
+// CHECK-NEXT: llvm.mlir.global internal constant @__bl_str_3("i64 (i64, ptr)\00") {addr_space = 0 : i32} : !llvm.array<15 x i8>
+// CHECK-NEXT: llvm.mlir.global internal constant @__bl_str_4("decode\00") {addr_space = 0 : i32} : !llvm.array<7 x i8>
+// CHECK-NEXT: llvm.mlir.global internal constant @__bl_str_5("void ()\00") {addr_space = 0 : i32} : !llvm.array<8 x i8>
+// CHECK-NEXT: llvm.mlir.global internal constant @__bl_str_6("tick\00") {addr_space = 0 : i32} : !llvm.array<5 x i8>
+// CHECK-NEXT: llvm.mlir.global internal constant @__bl_str_7("spin\00") {addr_space = 0 : i32} : !llvm.array<5 x i8>
+// CHECK-NEXT: llvm.mlir.global internal constant @__bl_str_8("i32 (i64, ptr)\00") {addr_space = 0 : i32} : !llvm.array<15 x i8>
+// CHECK-NEXT: llvm.mlir.global internal constant @__bl_str_9("fill\00") {addr_space = 0 : i32} : !llvm.array<5 x i8>
+// CHECK-NEXT: llvm.mlir.global internal constant @__bl_str_10("/opt/lib/libfill.so\00") {addr_space = 0 : i32} : !llvm.array<20 x i8>
+// CHECK-NEXT: llvm.mlir.global internal constant @__bl_str_11("{i64, double} (i64)\00") {addr_space = 0 : i32} : !llvm.array<20 x i8>
+// CHECK-NEXT: llvm.mlir.global internal constant @__bl_str_12("pair\00") {addr_space = 0 : i32} : !llvm.array<5 x i8>
 
 // The runtime functions used, declared once, in first-use order.
 // CHECK-NEXT: llvm.func @bl_executor_open(!llvm.ptr) -> !llvm.ptr
@@ -27,8 +27,8 @@
 // CHECK-NEXT: llvm.func @bl_executor_await(!llvm.ptr, i64) -> i32
 // CHECK-NEXT: llvm.func @bl_executor_call(!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, i64, !llvm.ptr, i64) -> i32
 // CHECK-NEXT: llvm.func @bl_executor_close(!llvm.ptr) -> i32
-// CHECK-NEXT: llvm.mlir.global internal constant @__bl_exec_str_0
-llvm.mlir.global internal constant @__bl_exec_str_0("taken\00") {addr_space = 0 : i32} : !llvm.array<6 x i8>
+// CHECK-NEXT: llvm.mlir.global internal constant @__bl_str_0
+llvm.mlir.global internal constant @__bl_str_0("taken\00") {addr_space = 0 : i32} : !llvm.array<6 x i8>
 
 // CHECK-LABEL: llvm.func @host(%x: i64, %p: !llvm.ptr) -> i64 {
 // Entry block: the marshalling slots, once, before anything else.
@@ -54,29 +54,29 @@ llvm.mlir.global internal constant @__bl_exec_str_0("taken\00") {addr_space = 0 
 // CHECK-NEXT:   %[[SLOT_PAIR_B:.*]] = llvm.alloca %[[ONE]] x f64 : (i64) -> !llvm.ptr
 
 // open
-// CHECK:        %[[ADDR:.*]] = llvm.mlir.addressof @__bl_exec_str_1 : !llvm.ptr
+// CHECK:        %[[ADDR:.*]] = llvm.mlir.addressof @__bl_str_1 : !llvm.ptr
 // CHECK-NEXT:   %[[S:.*]] = llvm.call @bl_executor_open(%[[ADDR]]) : (!llvm.ptr) -> !llvm.ptr
 // send_binary: the status is recorded
-// CHECK-NEXT:   %[[OBJ:.*]] = llvm.mlir.addressof @__bl_exec_str_2 : !llvm.ptr
+// CHECK-NEXT:   %[[OBJ:.*]] = llvm.mlir.addressof @__bl_str_2 : !llvm.ptr
 // CHECK-NEXT:   %[[RC:.*]] = llvm.call @bl_executor_send_binary(%[[S]], %[[OBJ]]) : (!llvm.ptr, !llvm.ptr) -> i32
 // CHECK-NEXT:   %{{.*}} = llvm.call @bl_status_record(%[[RC]]) : (i32) -> i32
 // launch: store the operands, call, record, load the result
 // CHECK-NEXT:   llvm.store %x, %[[A0]] : i64, !llvm.ptr
 // CHECK-NEXT:   llvm.store %p, %[[A1]] : !llvm.ptr, !llvm.ptr
-// CHECK-NEXT:   %[[SIG:.*]] = llvm.mlir.addressof @__bl_exec_str_3 : !llvm.ptr
-// CHECK-NEXT:   %[[SYM:.*]] = llvm.mlir.addressof @__bl_exec_str_4 : !llvm.ptr
-// CHECK-NEXT:   %[[OBJ2:.*]] = llvm.mlir.addressof @__bl_exec_str_2 : !llvm.ptr
+// CHECK-NEXT:   %[[SIG:.*]] = llvm.mlir.addressof @__bl_str_3 : !llvm.ptr
+// CHECK-NEXT:   %[[SYM:.*]] = llvm.mlir.addressof @__bl_str_4 : !llvm.ptr
+// CHECK-NEXT:   %[[OBJ2:.*]] = llvm.mlir.addressof @__bl_str_2 : !llvm.ptr
 // CHECK-NEXT:   %[[NA:.*]] = llvm.mlir.constant(2) : i64
 // CHECK-NEXT:   %[[NR:.*]] = llvm.mlir.constant(1) : i64
 // CHECK-NEXT:   %[[RC1:.*]] = llvm.call @bl_executor_launch(%[[S]], %[[SYM]], %[[OBJ2]], %[[SIG]], %[[ARGV]], %[[NA]], %[[RESV]], %[[NR]]) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr, i64, !llvm.ptr, i64) -> i32
 // CHECK-NEXT:   %{{.*}} = llvm.call @bl_status_record(%[[RC1]]) : (i32) -> i32
 // CHECK-NEXT:   %r = llvm.load %[[R0]] : !llvm.ptr -> i64
 // launch without operands or results: null arrays, zero counts
-// CHECK-NEXT:   %{{.*}} = llvm.mlir.addressof @__bl_exec_str_5 : !llvm.ptr
+// CHECK-NEXT:   %{{.*}} = llvm.mlir.addressof @__bl_str_5 : !llvm.ptr
 // CHECK-NEXT:   %[[NULL0:.*]] = llvm.mlir.zero : !llvm.ptr
 // CHECK-NEXT:   %[[NULL1:.*]] = llvm.mlir.zero : !llvm.ptr
-// CHECK-NEXT:   %{{.*}} = llvm.mlir.addressof @__bl_exec_str_6 : !llvm.ptr
-// CHECK-NEXT:   %{{.*}} = llvm.mlir.addressof @__bl_exec_str_2 : !llvm.ptr
+// CHECK-NEXT:   %{{.*}} = llvm.mlir.addressof @__bl_str_6 : !llvm.ptr
+// CHECK-NEXT:   %{{.*}} = llvm.mlir.addressof @__bl_str_2 : !llvm.ptr
 // CHECK-NEXT:   %[[Z0:.*]] = llvm.mlir.constant(0) : i64
 // CHECK-NEXT:   %[[Z1:.*]] = llvm.mlir.constant(0) : i64
 // CHECK-NEXT:   %[[RC2:.*]] = llvm.call @bl_executor_launch(%[[S]], %{{.*}}, %{{.*}}, %{{.*}}, %[[NULL0]], %[[Z0]], %[[NULL1]], %[[Z1]])
@@ -84,8 +84,8 @@ llvm.mlir.global internal constant @__bl_exec_str_0("taken\00") {addr_space = 0 
 // launch_async: the token comes back through an i64 slot, zeroed first
 // CHECK-NEXT:   %[[ZERO:.*]] = llvm.mlir.constant(0) : i64
 // CHECK-NEXT:   llvm.store %[[ZERO]], %[[TOK]] : i64, !llvm.ptr
-// CHECK-NEXT:   %{{.*}} = llvm.mlir.addressof @__bl_exec_str_7 : !llvm.ptr
-// CHECK-NEXT:   %{{.*}} = llvm.mlir.addressof @__bl_exec_str_2 : !llvm.ptr
+// CHECK-NEXT:   %{{.*}} = llvm.mlir.addressof @__bl_str_7 : !llvm.ptr
+// CHECK-NEXT:   %{{.*}} = llvm.mlir.addressof @__bl_str_2 : !llvm.ptr
 // CHECK-NEXT:   %[[RC3:.*]] = llvm.call @bl_executor_launch_async(%[[S]], %{{.*}}, %{{.*}}, %[[TOK]]) : (!llvm.ptr, !llvm.ptr, !llvm.ptr, !llvm.ptr) -> i32
 // CHECK-NEXT:   %{{.*}} = llvm.call @bl_status_record(%[[RC3]]) : (i32) -> i32
 // CHECK-NEXT:   %t = llvm.load %[[TOK]] : !llvm.ptr -> i64
