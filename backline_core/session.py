@@ -98,6 +98,19 @@ class Session:
     def connect(self) -> None:
         check(lib.bl_connect(self._handle()))
 
+    def connect_async(self) -> int:
+        """Start connect on a worker thread; returns a token for :meth:`await_step`."""
+        return check(lib.bl_connect_async(self._handle()))
+
+    def exchange_keys_async(self) -> int:
+        """Start alloc_memory + exchange_keys on a worker thread; returns a token."""
+        return check(lib.bl_exchange_keys_async(self._handle()))
+
+    @staticmethod
+    def await_step(token: int) -> None:
+        """Wait for an asynchronous bring-up step; raise its error if it failed."""
+        check(lib.bl_await(token))
+
     def alloc_memory(self) -> None:
         check(lib.bl_alloc_memory(self._handle()))
 

@@ -81,6 +81,7 @@ struct bl_session {
     const bl_backend *be;
     void *impl;
     struct owned_ctx *owned;
+    int busy;                /* an asynchronous bring-up step runs on this session */
     struct bl_session *next; /* registry list */
 };
 
@@ -393,9 +394,14 @@ static int32_t check_session(bl_session *s, const char *call) {
     return BL_OK;
 }
 
+static __thread int tl_async_worker; /* this thread runs an asynchronous bring-up step */
+
 static int32_t expect_state(bl_session *s, const char *call, int32_t want) {
     int32_t rc = check_session(s, call);
     if (rc) return rc;
+    if (__atomic_load_n(&s->busy, __ATOMIC_ACQUIRE) && !tl_async_worker)
+        return fail(BL_ESTATE, "%s (%s '%s'): an asynchronous bring-up step is in flight on this session; "
+                    "await its token first", call, role_name(s->role), s->key);
     if (s->state != want) {
         if (s->state == ST_STOPPED)
             return fail(BL_ESTATE, "%s (%s '%s'): the session is stopped", call, role_name(s->role), s->key);
@@ -440,6 +446,104 @@ BL_API int32_t bl_exchange_keys(bl_session *s) {
     if (rc) return backend_fail(s, "exchange_keys", rc, err);
     s->state = ST_KEYS;
     return BL_OK;
+}
+
+/* ---- asynchronous bring-up ------------------------------------------------------------
+ * connect and (alloc_memory + exchange_keys) can run on a worker thread, so bring-up of
+ * one session overlaps other work -- e.g. a controller waiting for its coprocessor while
+ * the same thread brings that coprocessor up. The session refuses other lifecycle calls
+ * until the token is awaited. */
+
+struct async_step {
+    int64_t token;
+    bl_session *s;
+    int exchange; /* 0: connect; 1: alloc_memory + exchange_keys */
+    pthread_t thread;
+    int done;
+    int32_t status;
+    char error[ERR_MAX];
+    struct async_step *next;
+};
+
+static pthread_mutex_t async_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct async_step *async_head;
+static int64_t async_next_token = 1;
+
+static void *async_main(void *arg) {
+    struct async_step *a = arg;
+    tl_async_worker = 1;
+    int32_t rc = a->exchange ? bl_alloc_memory(a->s) : bl_connect(a->s);
+    if (rc == BL_OK && a->exchange) rc = bl_exchange_keys(a->s);
+    a->status = rc;
+    if (rc) memcpy(a->error, tl_error, sizeof a->error);
+    __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int64_t start_async(bl_session *s, int exchange, const char *call, int32_t want) {
+    int32_t rc = expect_state(s, call, want);
+    if (rc) return rc;
+    struct async_step *a = calloc(1, sizeof *a);
+    if (!a) return fail(BL_ENOMEM, "%s: out of memory", call);
+    a->s = s;
+    a->exchange = exchange;
+    __atomic_store_n(&s->busy, 1, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&async_lock);
+    a->token = async_next_token++;
+    int prc = pthread_create(&a->thread, NULL, async_main, a);
+    if (prc == 0) {
+        a->next = async_head;
+        async_head = a;
+    }
+    pthread_mutex_unlock(&async_lock);
+    if (prc) {
+        __atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
+        free(a);
+        return fail(BL_EBACKEND, "%s: cannot start a worker thread: %s", call, strerror(prc));
+    }
+    return a->token;
+}
+
+BL_API int64_t bl_connect_async(bl_session *s) { return start_async(s, 0, "connect_async", ST_CREATED); }
+BL_API int64_t bl_exchange_keys_async(bl_session *s) { return start_async(s, 1, "exchange_keys_async", ST_CONNECTED); }
+
+static struct async_step *take_step(int64_t token, bl_session *of_session) {
+    pthread_mutex_lock(&async_lock);
+    struct async_step *found = NULL;
+    for (struct async_step **pp = &async_head; *pp; pp = &(*pp)->next)
+        if ((token && (*pp)->token == token) || (of_session && (*pp)->s == of_session)) {
+            found = *pp;
+            *pp = found->next;
+            break;
+        }
+    pthread_mutex_unlock(&async_lock);
+    return found;
+}
+
+static int32_t finish_step(struct async_step *a) {
+    pthread_join(a->thread, NULL);
+    __atomic_store_n(&a->s->busy, 0, __ATOMIC_RELEASE);
+    int32_t rc = a->status;
+    if (rc) memcpy(tl_error, a->error, sizeof tl_error);
+    free(a);
+    return rc;
+}
+
+BL_API int32_t bl_await(int64_t token) {
+    if (token < 0) return (int32_t)token; /* the *_async call itself failed: pass its status on */
+    pthread_mutex_lock(&async_lock);
+    struct async_step *a = async_head;
+    while (a && a->token != token) a = a->next;
+    uint64_t deadline = a ? bl__now() + 2 * a->s->connect_timeout_ns : 0;
+    pthread_mutex_unlock(&async_lock);
+    if (!a) return fail(BL_EINVAL, "await: token %lld names no asynchronous step in flight (already awaited?)", (long long)token);
+    /* The step itself is bounded by connect_timeout_ms; this deadline only guards a stuck backend. */
+    while (!__atomic_load_n(&a->done, __ATOMIC_ACQUIRE)) {
+        if (bl__now() > deadline)
+            return fail(BL_ETIMEOUT, "await: the asynchronous step of '%s' is still running past its deadline", a->s->key);
+        usleep(20);
+    }
+    return finish_step(take_step(token, NULL));
 }
 
 static uint64_t slot_seq(const uint8_t *ring, uint32_t slot_bytes, uint32_t slot) {
@@ -847,6 +951,7 @@ BL_API int32_t bl_stop(bl_session *s) {
     int live = s && registry_contains(s);
     pthread_mutex_unlock(&registry_lock);
     if (!live) return BL_OK; /* already destroyed: stop is idempotent */
+    for (struct async_step *a; (a = take_step(0, s));) finish_step(a); /* bounded by connect_timeout_ms */
     if (s->state == ST_STOPPED) return BL_OK;
     s->stop_flag = 1;
     if (s->ch.doorbell && s->role == BL_COPROCESSOR) {

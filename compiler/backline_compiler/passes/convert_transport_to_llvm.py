@@ -11,9 +11,10 @@ is passed through ``bl_status_record``, which keeps the thread's first failure, 
 error to its caller and ``bl_last_error()`` holds its text. An absent library, init or fini
 symbol, or empty context, is passed as a null pointer.
 
-Not lowered to anything asynchronous: the C ABI has no asynchronous bring-up yet, so
-``connect_async`` / ``exchange_keys_async`` run synchronously, their token carries the
-status, and ``transport.await`` records it.
+``connect_async`` / ``exchange_keys_async`` become ``bl_connect_async`` /
+``bl_exchange_keys_async``: the step runs on a runtime worker thread and the
+``!transport.token`` is the ``i64`` token it returns (negative: the call itself failed);
+``transport.await`` becomes ``bl_await``, whose status is recorded.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ RUNTIME: dict[str, tuple[tuple[Attribute, ...], Attribute]] = {
     "bl_last_rtt_ns": ((PTR,), i64),
     "bl_stop": ((PTR,), i32),
     "bl_destroy": ((PTR,), i32),
+    "bl_connect_async": ((PTR,), i64),
+    "bl_exchange_keys_async": ((PTR,), i64),
+    "bl_await": ((i64,), i32),
     "bl_status_record": ((i32,), i32),
     "bl_status_take": ((), i32),
 }
@@ -85,12 +89,11 @@ def _lower(lo: LLVMLowering, op: Operation) -> list[SSAValue]:
         case t.GetSessionOp():
             return [lo.call("bl_session_get", [i32_(ROLE_CODES[op.session.type.role_name]), cstring(op.key.data)], op)]
         case t.ConnectAsyncOp():
-            return [lo.recorded("bl_connect", [op.session], op)]
+            return [lo.call("bl_connect_async", [op.session], op)]
         case t.ExchangeKeysAsyncOp():
-            lo.recorded("bl_alloc_memory", [op.session], op)
-            return [lo.recorded("bl_exchange_keys", [op.session], op)]
+            return [lo.call("bl_exchange_keys_async", [op.session], op)]
         case t.AwaitOp():
-            lo.call(STATUS_RECORD, [op.token], op)
+            lo.recorded("bl_await", [op.token], op)
             return []
         case t.SetMessageSizesOp():
             lo.recorded("bl_set_message_sizes", [op.session, i32_(op.in_bytes.value.data), i32_(op.out_bytes.value.data)], op)

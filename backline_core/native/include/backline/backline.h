@@ -99,6 +99,13 @@ BL_API bl_session *bl_session_get(int32_t role, const char *key);
 BL_API int32_t bl_connect(bl_session *s);
 BL_API int32_t bl_alloc_memory(bl_session *s);
 BL_API int32_t bl_exchange_keys(bl_session *s);
+/* Asynchronous bring-up: run connect, or alloc_memory + exchange_keys, on a worker thread
+ * and return a token (> 0) at once, or a negative status. bl_await(token) waits for the
+ * step and returns its status (with its error text). Until then the session refuses other
+ * lifecycle calls; bl_destroy waits for a step still in flight. */
+BL_API int64_t bl_connect_async(bl_session *s);
+BL_API int64_t bl_exchange_keys_async(bl_session *s);
+BL_API int32_t bl_await(int64_t token);
 BL_API int32_t bl_establish_channel(bl_session *s);
 BL_API int32_t bl_set_message_sizes(bl_session *s, uint32_t in_bytes, uint32_t out_bytes);
 BL_API int32_t bl_set_coprocessor_fn(bl_session *s, uint32_t decoder_id, bl_coprocessor_fn fn,
