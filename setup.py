@@ -24,9 +24,15 @@ build = load("build")
 runtime = build.plain_library(
     "backline_core.lib.libbackline",
     sources=["backline_core/native/src/runtime.c", "backline_core/native/src/functions.c",
-             "backline_core/native/src/bench.c"],
+             "backline_core/native/src/bench.c", "backline_core/native/src/device.c"],
     include_dirs=["backline_core/native/include"],
     libraries=["dl", "pthread"],
+)
+
+null_device = build.plain_library(
+    "backline_core.lib.libbackline_device_null",
+    sources=["backline_core/native/src/device_null.c"],
+    include_dirs=["backline_core/native/include"],
 )
 
 
@@ -42,4 +48,4 @@ def native_binding() -> Extension:
     return load("_cffi_build").ffibuilder.distutils_extension(tmpdir="build")
 
 
-setup(ext_modules=[runtime, native_binding()], cmdclass={"build_ext": BuildNative})
+setup(ext_modules=[runtime, null_device, native_binding()], cmdclass={"build_ext": BuildNative})

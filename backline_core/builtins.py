@@ -1,10 +1,13 @@
-"""The core's built-in coprocessor functions, registered through the same entry points
-as any plugin (``backline.decoders``: ``echo`` and ``steane``)."""
+"""The core's built-in coprocessor functions and device, registered through the same entry
+points as any plugin (``backline.decoders``: ``echo`` and ``steane``; ``backline.devices``:
+``null``)."""
 
 from __future__ import annotations
 
 from .coprocessor_function import CoprocessorFunction
-from .hookspecs import Decoder, hookimpl
+import os
+
+from .hookspecs import Decoder, Device, hookimpl
 from .native import get_library
 
 
@@ -26,4 +29,17 @@ def backline_decoders() -> list[Decoder]:
     return [
         Decoder(name="echo", summary="copies the payload back", build=echo),
         Decoder(name="steane", summary="minimum-weight Steane [[7,1,3]] lookup table", build=steane),
+    ]
+
+
+def null_device_library() -> str:
+    """Path of the null device's runtime (next to libbackline.so)."""
+    return os.path.join(os.path.dirname(get_library()), "libbackline_device_null.so")
+
+
+@hookimpl
+def backline_devices() -> list[Device]:
+    return [
+        Device(name="null", summary="accepts every valid operation and does nothing; measurements give 0",
+               load=null_device_library),
     ]

@@ -127,7 +127,14 @@ class Pass(_Loadable):
 
 
 class Device(_Loadable):
-    """A quantum-device runtime; ``load()`` returns the path of its shared library."""
+    """A quantum-device runtime (the ABI is ``backline/device.h``).
+
+    ``load()`` returns either a ``str``, the path of a shared library exporting
+    ``backline_device_v1`` (``BL_DEVICE_ENTRY``), or an ``int``, the address of a
+    ``bl_device_api`` built in this process (for example filled with cffi callbacks),
+    which must stay valid while the process runs. :class:`backline_core.device.QuantumDevice`
+    opens either.
+    """
 
 
 class RoundDriver(_Loadable):

@@ -54,4 +54,7 @@ static inline uint64_t bl__ticks_to_ns(uint64_t ticks) { return (uint64_t)((doub
 
 int bl__pin_current_thread(int cpu);
 
+/* Set the calling thread's error text (bl_last_error) and return `code`. */
+int32_t bl__fail(int32_t code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif

@@ -109,11 +109,25 @@ BL_API int32_t bl_status_take(void) {
     return status;
 }
 
+static int32_t vfail(int32_t code, const char *fmt, va_list ap) {
+    vsnprintf(tl_error, sizeof tl_error, fmt, ap);
+    return code;
+}
+
 static int32_t fail(int32_t code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int32_t fail(int32_t code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tl_error, sizeof tl_error, fmt, ap);
+    vfail(code, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* The same for the runtime's other C files (declared in internal.h). */
+int32_t bl__fail(int32_t code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(code, fmt, ap);
     va_end(ap);
     return code;
 }
