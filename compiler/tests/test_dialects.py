@@ -1,4 +1,4 @@
-"""The transport, executor and bqec dialects: build, print, reparse, verify."""
+"""The transport, executor, bqec and bquantum dialects: build, print, reparse, verify."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from backline_compiler.dialects import (
     BQEC,
+    BQUANTUM,
     DIALECTS,
     EXECUTOR,
     TRANSPORT,
@@ -95,11 +96,12 @@ STEANE_H = [[0, 0, 0, 1, 1, 1, 1], [0, 1, 1, 0, 0, 1, 1], [1, 0, 1, 0, 1, 0, 1]]
 
 
 def test_dialects_are_exported_and_load_idempotently():
-    assert [d.name for d in DIALECTS] == ["transport", "executor", "bqec"]
-    assert (TRANSPORT, EXECUTOR, BQEC) == DIALECTS
+    assert [d.name for d in DIALECTS] == ["transport", "executor", "bqec", "bquantum"]
+    assert (TRANSPORT, EXECUTOR, BQEC, BQUANTUM) == DIALECTS
     ctx = make_context()
     assert load_all(ctx) is ctx  # second load: no "already registered" error
-    for name in ("transport.create", "transport.collect_value", "executor.launch", "bqec.decode"):
+    for name in ("transport.create", "transport.collect_value", "executor.launch", "bqec.decode",
+                 "bquantum.gate", "bquantum.noise"):
         assert ctx.get_optional_op(name) is not None, name
     assert ctx.get_optional_attr("transport.backline") is BacklineAttr
     assert ctx.get_optional_type("transport.session") is SessionType

@@ -1,4 +1,4 @@
-"""Backline's xDSL dialects: ``transport``, ``executor`` and ``bqec``.
+"""Backline's xDSL dialects: ``transport``, ``executor``, ``bqec`` and ``bquantum``.
 
 >>> from xdsl.context import Context
 >>> from backline_compiler.dialects import load_all
@@ -13,16 +13,17 @@ from xdsl.context import Context
 from xdsl.ir import Dialect
 
 from .bqec import BQEC
+from .bquantum import BQuantum as BQUANTUM
 from .executor import Executor as EXECUTOR
 from .transport import Transport as TRANSPORT
 
-DIALECTS: tuple[Dialect, ...] = (TRANSPORT, EXECUTOR, BQEC)
+DIALECTS: tuple[Dialect, ...] = (TRANSPORT, EXECUTOR, BQEC, BQUANTUM)
 
-__all__ = ["BQEC", "DIALECTS", "EXECUTOR", "TRANSPORT", "load_all"]
+__all__ = ["BQEC", "BQUANTUM", "DIALECTS", "EXECUTOR", "TRANSPORT", "load_all"]
 
 
 def load_all(ctx: Context) -> Context:
-    """Register the three dialects in ``ctx`` (skipping any already there); returns ``ctx``."""
+    """Register the dialects in ``ctx`` (skipping any already there); returns ``ctx``."""
     for dialect in DIALECTS:
         if dialect.name not in ctx.registered_dialect_names:
             ctx.load_dialect(dialect)

@@ -27,7 +27,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from ..dialects import transport as t
-from .llvm_lowering import PTR, STATUS_RECORD, LLVMLowering
+from .llvm_lowering import PTR, LLVMLowering
 
 ROLE_CODES = {"controller": 0, "coprocessor": 1}
 

@@ -19,6 +19,8 @@ PASSES: dict[str, tuple[str, str, str]] = {
                                   "calls to remote kernels become executor open/send_binary/launch"),
     "convert-transport-to-llvm": ("convert_transport_to_llvm", "ConvertTransportToLLVM",
                                   "transport ops become calls into the runtime's C ABI"),
+    "convert-quantum-to-llvm": ("convert_quantum_to_llvm", "ConvertQuantumToLLVM",
+                                "bquantum ops become calls into the device runtime ABI (device.h)"),
     "convert-executor-to-llvm": ("convert_executor_to_llvm", "ConvertExecutorToLLVM",
                                  "executor ops become calls into the executor runtime's C ABI"),
 }

@@ -1,0 +1,9 @@
+// RUN: backline-opt %s --verify-diagnostics | filecheck %s
+// RUN: ! backline-opt %s > /dev/null
+
+// CHECK: 'bquantum.noise' depolarize2 acts on 2 wires, got 1
+func.func @f(%p: !llvm.ptr, %q: i32) {
+  %d = bquantum.device_from_ptr %p : !llvm.ptr -> !bquantum.device
+  bquantum.noise "depolarize2" %d, %q {p = 0.1 : f64}
+  func.return
+}
