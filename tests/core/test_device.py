@@ -202,6 +202,27 @@ def test_c_shorthands(dev: QuantumDevice) -> None:
     assert dev.op_count == 4
 
 
+def test_apply_mask_applies_one_gate_per_set_bit() -> None:
+    with QuantumDevice.open("null", 10) as dev:
+        d = ffi.cast("bl_device *", dev.handle)
+        mask = ffi.new("uint8_t[]", [0b1010_0101, 0b11])  # bits 0, 2, 5, 7, 8, 9
+        assert lib.bl_dev_apply_mask(d, lib.BL_GATE_X, 0, mask, 10) == 0
+        assert dev.op_count == 6
+        assert lib.bl_dev_apply_mask(d, lib.BL_GATE_Z, 3, mask, 7) == 0  # bits 0, 2, 5 -> wires 3, 5, 8
+        assert dev.op_count == 9
+        assert lib.bl_dev_apply_mask(d, lib.BL_GATE_X, 0, ffi.new("uint8_t[]", [0]), 7) == 0  # empty mask
+        assert lib.bl_dev_apply_mask(d, lib.BL_GATE_X, 5, ffi.NULL, 0) == 0  # no bits
+        assert dev.op_count == 9
+        assert lib.bl_dev_apply_mask(d, lib.BL_GATE_H, 0, mask, 7) == lib.BL_EINVAL
+        assert "must be X (1) or Z (3)" in ffi.string(lib.bl_last_error()).decode()
+        assert lib.bl_dev_apply_mask(d, lib.BL_GATE_X, 4, mask, 7) == lib.BL_EINVAL  # wires 4..10
+        assert "wires 4..10 are out of range" in ffi.string(lib.bl_last_error()).decode()
+        assert lib.bl_dev_apply_mask(d, lib.BL_GATE_X, 0, ffi.NULL, 7) == lib.BL_EINVAL
+        assert "mask is NULL" in ffi.string(lib.bl_last_error()).decode()
+        assert dev.op_count == 9
+    assert lib.bl_dev_apply_mask(ffi.NULL, lib.BL_GATE_X, 0, mask, 7) == lib.BL_EINVAL
+
+
 def test_jit_program_runs_on_the_null_device() -> None:
     pytest.importorskip("backline_compiler")
     from backline_compiler import codegen, pipeline

@@ -265,6 +265,24 @@ BL_API int32_t bl_dev_reset_all(bl_device *d) {
     return BL_OK;
 }
 
+BL_API int32_t bl_dev_apply_mask(bl_device *d, int32_t gate, uint32_t first_wire, const uint8_t *mask,
+                                 uint32_t nbits) {
+    CHECK_DEVICE(d, "bl_dev_apply_mask");
+    if (gate != BL_GATE_X && gate != BL_GATE_Z)
+        return bl__fail(BL_EINVAL, "bl_dev_apply_mask: gate id %d must be X (%d) or Z (%d)", gate, BL_GATE_X,
+                        BL_GATE_Z);
+    if (nbits && !mask) return bl__fail(BL_EINVAL, "bl_dev_apply_mask: mask is NULL");
+    if (nbits && ((uint64_t)first_wire + nbits > d->num_qubits))
+        return bl__fail(BL_EINVAL, "bl_dev_apply_mask: wires %u..%u are out of range (device '%s' has %u qubits: 0..%u)",
+                        first_wire, first_wire + nbits - 1, dev_name(d), d->num_qubits, d->num_qubits - 1);
+    for (uint32_t q = 0; q < nbits; ++q) {
+        if (!((mask[q / 8] >> (q % 8)) & 1u)) continue;
+        int32_t rc = bl_dev_gate1(d, gate, first_wire + q);
+        if (rc != BL_OK) return rc;
+    }
+    return BL_OK;
+}
+
 BL_API uint32_t bl_dev_num_qubits(const bl_device *d) { return valid(d) ? d->num_qubits : 0; }
 
 BL_API uint64_t bl_dev_op_count(const bl_device *d) { return valid(d) ? d->ops : 0; }

@@ -16,6 +16,11 @@ Ops (wires are ``i32`` qubit numbers, gate parameters ``f64`` angles)::
     bquantum.reset %d, %q0
     bquantum.noise "depolarize1" %d, %q0 {p = 0.01 : f64}
     bquantum.reset_all %d
+    bquantum.apply_mask "X" %d, %first, %mask {nbits = 7 : i32} : !bquantum.device
+
+``bquantum.apply_mask`` applies gate ``X`` or ``Z`` (:data:`MASK_GATES`) to wire ``%first + q``
+for every set bit ``q < nbits`` of the bit-packed mask at ``%mask: !llvm.ptr`` (bit ``q`` in
+byte ``q // 8`` at bit ``q % 8``) -- a decoder's correction (``bl_dev_apply_mask``).
 
 Gate names (:data:`GATES`) are upper case and channel names (:data:`NOISE_CHANNELS`) lower
 case; either is accepted in any case in the custom form and printed canonical. The
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import I32, Float64Type, FloatAttr, StringAttr, f64, i1, i32
+from xdsl.dialects.builtin import I32, Float64Type, FloatAttr, IntegerAttr, StringAttr, f64, i1, i32
 from xdsl.dialects.llvm import LLVMPointerType
 from xdsl.ir import (
     Attribute,
@@ -58,6 +63,9 @@ GATES: dict[str, tuple[int, int]] = {
     "CNOT": (2, 0), "CZ": (2, 0), "SWAP": (2, 0),
     "RX": (1, 1), "RY": (1, 1), "RZ": (1, 1),
 }
+
+#: the gates ``bquantum.apply_mask`` may apply
+MASK_GATES = ("X", "Z")
 
 #: noise channel name -> wires, as listed in ``bl_noise`` (backline/device.h)
 NOISE_CHANNELS: dict[str, int] = {"x_flip": 1, "z_flip": 1, "y_flip": 1, "depolarize1": 1, "depolarize2": 2}
@@ -279,8 +287,68 @@ class ResetAllOp(IRDLOperation):
         super().__init__(operands=[device])
 
 
+@irdl_op_definition
+class ApplyMaskOp(IRDLOperation):
+    """Apply ``gate`` (X or Z) to wire ``first_wire + q`` for each set bit ``q`` of the mask at ``mask``."""
+
+    name = "bquantum.apply_mask"
+
+    device = operand_def(DEVICE)
+    first_wire = operand_def(I32)
+    mask = operand_def(PTR)
+    gate = prop_def(StringAttr)
+    nbits = prop_def(IntegerAttr[I32])
+
+    def __init__(
+        self,
+        gate: str | StringAttr,
+        device: SSAValue | Operation,
+        first_wire: SSAValue | Operation,
+        mask: SSAValue | Operation,
+        nbits: int | IntegerAttr,
+        attributes: dict[str, Attribute] | None = None,
+    ):
+        name = gate.upper() if isinstance(gate, str) else gate
+        bits = IntegerAttr(nbits, i32) if isinstance(nbits, int) else nbits
+        super().__init__(operands=[device, first_wire, mask], properties={"gate": _s(name), "nbits": bits},
+                         attributes=attributes)
+
+    def verify_(self) -> None:
+        name = self.gate.data
+        _check_name(self, "gate", name, MASK_GATES, name.upper())
+        if self.nbits.value.data < 0:
+            raise VerifyException(f"'bquantum.apply_mask' nbits must be >= 0, got {self.nbits.value.data}")
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ApplyMaskOp:
+        gate = parser.parse_str_literal(" (the gate name)")
+        device = parser.parse_unresolved_operand()
+        parser.parse_punctuation(",")
+        first = parser.resolve_operand(parser.parse_unresolved_operand(), i32)
+        parser.parse_punctuation(",")
+        mask = parser.resolve_operand(parser.parse_unresolved_operand(), PTR)
+        pos = parser.pos
+        attributes = parser.parse_optional_attr_dict()
+        nbits = attributes.pop("nbits", None)
+        if not isinstance(nbits, IntegerAttr):
+            parser.raise_error("'bquantum.apply_mask' needs {nbits = <bits in the mask>}", pos, parser.pos)
+        parser.parse_punctuation(":")
+        dev = parser.resolve_operand(device, parser.parse_type())
+        return cls(gate, dev, first, mask, nbits.value.data, attributes)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_string_literal(self.gate.data)
+        printer.print_string(" ")
+        printer.print_list([self.device, self.first_wire, self.mask], printer.print_operand)
+        printer.print_string(" ")
+        printer.print_attr_dict({"nbits": self.nbits, **self.attributes})
+        printer.print_string(" : ")
+        printer.print_attribute(self.device.type)
+
+
 BQuantum = Dialect(
     "bquantum",
-    [DeviceFromPtrOp, GateOp, MeasureOp, ResetOp, NoiseOp, ResetAllOp],
+    [DeviceFromPtrOp, GateOp, MeasureOp, ResetOp, NoiseOp, ResetAllOp, ApplyMaskOp],
     [DeviceType],
 )

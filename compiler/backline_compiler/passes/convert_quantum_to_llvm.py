@@ -9,6 +9,7 @@ The calls go to libbackline's ``bl_dev_*`` functions (``backline/device.h``), bu
 * ``bquantum.measure`` -> ``bl_dev_measure``, which returns the outcome (0 or 1) or a negative
   status: ``select(rc < 0, rc, 0)`` is recorded and the ``i1`` outcome is ``rc == 1``;
 * ``bquantum.reset`` -> ``bl_dev_reset``; ``bquantum.reset_all`` -> ``bl_dev_reset_all``;
+* ``bquantum.apply_mask`` -> ``bl_dev_apply_mask`` (gate id, first wire, mask pointer, nbits);
 * ``bquantum.noise`` -> ``bl_dev_noise`` with the ``bl_noise`` id of :data:`NOISE_IDS`, its
   wires stored in an entry-block ``i32`` array.
 
@@ -47,6 +48,7 @@ RUNTIME: dict[str, tuple[tuple[Attribute, ...], Attribute]] = {
     "bl_dev_reset": ((PTR, i32), i32),
     "bl_dev_noise": ((PTR, i32, PTR, i32, f64), i32),
     "bl_dev_reset_all": ((PTR,), i32),
+    "bl_dev_apply_mask": ((PTR, i32, i32, PTR, i32), i32),
     STATUS_RECORD: ((i32,), i32),
 }
 
@@ -92,6 +94,10 @@ def _lower(lo: LLVMLowering, op: Operation) -> list[SSAValue]:
                 lo.store(wire, slot, op)
             p = _insert(llvm.ConstantOp(FloatAttr(op.p.value.data, f64), f64), op)
             lo.recorded("bl_dev_noise", [op.device, i32_(NOISE_IDS[op.channel.data]), array, i32_(len(wires)), p], op)
+            return []
+        case q.ApplyMaskOp():
+            lo.recorded("bl_dev_apply_mask", [op.device, i32_(GATE_IDS[op.gate.data]), op.first_wire, op.mask,
+                                              i32_(op.nbits.value.data)], op)
             return []
         case q.ResetAllOp():
             lo.recorded("bl_dev_reset_all", [op.device], op)

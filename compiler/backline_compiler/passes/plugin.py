@@ -23,6 +23,12 @@ PASSES: dict[str, tuple[str, str, str]] = {
                                 "bquantum ops become calls into the device runtime ABI (device.h)"),
     "convert-executor-to-llvm": ("convert_executor_to_llvm", "ConvertExecutorToLLVM",
                                  "executor ops become calls into the executor runtime's C ABI"),
+    "encode-steane": ("encode_steane", "EncodeSteane",
+                      "a logical bquantum circuit becomes Steane-encoded, with a correction round per gate"),
+    "inject-noise": ("inject_noise", "InjectNoise",
+                     "depolarizing noise after every gate, a bit flip before every measurement"),
+    "convert-bqec-to-llvm": ("convert_bqec_to_llvm", "ConvertBqecToLLVM",
+                             "local bqec.decode ops become direct calls of a coprocessor function"),
 }
 
 

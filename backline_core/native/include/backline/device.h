@@ -90,6 +90,12 @@ BL_API int32_t bl_dev_measure(bl_device *d, uint32_t wire);
 BL_API int32_t bl_dev_reset(bl_device *d, uint32_t wire);
 BL_API int32_t bl_dev_noise(bl_device *d, int32_t channel, const uint32_t *wires, uint32_t n_wires, double p);
 BL_API int32_t bl_dev_reset_all(bl_device *d);
+/* Apply the single-qubit `gate` (BL_GATE_X or BL_GATE_Z; anything else is BL_EINVAL) to wire
+ * first_wire + q for every set bit q < nbits of the bit-packed mask (bit q in byte q / 8 at
+ * bit q % 8, least significant first) -- a decoder's correction. Each applied gate counts as
+ * one operation; stops at the first failure. */
+BL_API int32_t bl_dev_apply_mask(bl_device *d, int32_t gate, uint32_t first_wire, const uint8_t *mask,
+                                 uint32_t nbits);
 BL_API uint32_t bl_dev_num_qubits(const bl_device *d);
 /* Operations applied since open: gates, measurements, resets, noise channels. */
 BL_API uint64_t bl_dev_op_count(const bl_device *d);

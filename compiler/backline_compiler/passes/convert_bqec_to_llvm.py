@@ -1,0 +1,67 @@
+"""convert-bqec-to-llvm: each ``bqec.decode`` left local becomes a direct call of a
+coprocessor function in libbackline.
+
+Run it after ``lower-decode-to-transport`` (which routes decodes to coprocessors when the
+module has a placement): whatever ``bqec.decode`` remains is decoded in the calling thread::
+
+    %ctx = llvm.mlir.zero : !llvm.ptr
+    %rc = llvm.call @bl_fn_steane(%ctx, %decoder_id, %syn, %syn_bytes, %corr, %corr_bytes, %out_len)
+    // bl_status_record(rc != 0 ? BL_EFN (-11) : 0)
+
+with the coprocessor-function signature of ``backline.h`` (``ctx``, ``decoder_id``, ``in``,
+``in_len``, ``out``, ``out_cap``, ``out_len``): ``ctx`` is NULL, ``decoder_id`` 0 for
+``check_type = "x"`` and 1 for ``"z"``, the lengths the Tanner matrix's packed syndrome and
+correction sizes, ``out_len`` an entry-block ``i32`` slot. The option ``function`` names the
+coprocessor function (default ``bl_fn_steane``); it must be context-free (no init).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import llvm
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i32, i64
+from xdsl.ir import Attribute
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from ..dialects import bqec
+from .llvm_lowering import PTR, STATUS_RECORD, LLVMLowering
+
+#: BL_EFN (backline.h): the coprocessor function returned an error.
+BL_EFN = -11
+
+
+@dataclass(frozen=True)
+class ConvertBqecToLLVM(ModulePass):
+    """Local bqec.decode ops become calls of a coprocessor function (see the module docstring)."""
+
+    name = "convert-bqec-to-llvm"
+
+    function: str = "bl_fn_steane"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        runtime: dict[str, tuple[tuple[Attribute, ...], Attribute]] = {
+            self.function: ((PTR, i32, PTR, i32, PTR, i32, PTR), i32),
+            STATUS_RECORD: ((i32,), i32),
+        }
+        lo = LLVMLowering(op, runtime, pass_name=self.name,
+                          abi="the coprocessor-function ABI (backline/backline.h)")
+        for decode in [o for o in op.walk() if isinstance(o, bqec.DecodeOp)]:
+            out_len = lo.entry_slot(decode, i32)
+            null = lo.null_ptr(decode)
+            tanner = decode.tanner
+            rc = lo.call(self.function, [
+                null, lo.constant(decode.decoder_id, i32, decode), decode.syndrome,
+                lo.constant(tanner.syndrome_bytes, i32, decode), decode.correction,
+                lo.constant(tanner.correction_bytes, i32, decode), out_len], decode)
+            rc.name_hint = "rc"
+            zero = lo.constant(0, i32, decode)
+            failed = llvm.ICmpOp(rc, zero, IntegerAttr(llvm.ICmpPredicateFlag("ne").to_int(), i64))
+            Rewriter.insert_op(failed, InsertPoint.before(decode))
+            select = llvm.SelectOp(failed.res, lo.constant(BL_EFN, i32, decode), zero)
+            Rewriter.insert_op(select, InsertPoint.before(decode))
+            lo.call(STATUS_RECORD, [select.res], decode)
+            Rewriter.erase_op(decode)
+        lo.finish()
