@@ -791,13 +791,19 @@ static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header
     const bl_frame_header *h = (const bl_frame_header *)(s->rx_ring + (size_t)slot * s->slot_bytes);
     uint64_t now = 0;
     if (BL_UNLIKELY(bl__load_acquire(&h->seq) != seq)) {
-        uint64_t start = bl__now(), deadline = start + s->timeout_ns, next_alive = start + 1000000;
+        /* The clock is read only every 256 spins, not before the first: a clock read costs
+         * ~20 ns here, and a reply that lands during it would be seen that much later. The
+         * deadline thus starts a few hundred spins late, well under a microsecond. */
+        uint64_t deadline = 0, next_alive = 0;
         for (uint32_t spins = 1;; ++spins) {
             bl_cpu_relax();
             if (bl__load_acquire(&h->seq) == seq) break;
             if ((spins & 255) == 0) {
                 now = bl__now();
-                if (now > deadline) {
+                if (!deadline) {
+                    deadline = now + s->timeout_ns;
+                    next_alive = now + 1000000;
+                } else if (now > deadline) {
                     s->collected = s->posted; /* the round is lost; do not wait on it again */
                     return fail(BL_ETIMEOUT, "%s (controller '%s'): no reply to round %llu within %llu ms; the coprocessor is silent or dead",
                                 call, s->key, (unsigned long long)seq, (unsigned long long)(s->timeout_ns / 1000000));
