@@ -147,3 +147,33 @@ class QuantumDevice:
     def __repr__(self) -> str:
         state = "closed" if self._dev is None else f"{self.num_qubits} qubits"
         return f"<QuantumDevice {self.name!r} ({state})>"
+
+
+#: The smallest compiled program against this ABI, in llvm-dialect IR (the compiler parses and
+#: JIT-compiles it): ``@bell(device) -> i32`` applies H to wire 0 and CNOT 0->1, measures both,
+#: and returns ``m0 | m1 << 1``, or the first negative status. Device tests run it on every device.
+BELL_PROGRAM = """
+builtin.module {
+  llvm.func @bl_dev_gate1(!llvm.ptr, i32, i32) -> i32
+  llvm.func @bl_dev_gate2(!llvm.ptr, i32, i32, i32) -> i32
+  llvm.func @bl_dev_measure(!llvm.ptr, i32) -> i32
+  llvm.func @bell(%d: !llvm.ptr) -> i32 {
+    %h = llvm.mlir.constant(4 : i32) : i32
+    %cnot = llvm.mlir.constant(8 : i32) : i32
+    %q0 = llvm.mlir.constant(0 : i32) : i32
+    %q1 = llvm.mlir.constant(1 : i32) : i32
+    %r0 = llvm.call @bl_dev_gate1(%d, %h, %q0) : (!llvm.ptr, i32, i32) -> i32
+    %r1 = llvm.call @bl_dev_gate2(%d, %cnot, %q0, %q1) : (!llvm.ptr, i32, i32, i32) -> i32
+    %m0 = llvm.call @bl_dev_measure(%d, %q0) : (!llvm.ptr, i32) -> i32
+    %m1 = llvm.call @bl_dev_measure(%d, %q1) : (!llvm.ptr, i32) -> i32
+    %hi = llvm.shl %m1, %q1 : i32
+    %packed = llvm.or %m0, %hi : i32
+    %e0 = llvm.or %r0, %r1 : i32
+    %e1 = llvm.or %m0, %m1 : i32
+    %err = llvm.or %e0, %e1 : i32
+    %failed = llvm.icmp "slt" %err, %q0 : i32
+    %result = llvm.select %failed, %err, %packed : i1, i32
+    llvm.return %result : i32
+  }
+}
+"""

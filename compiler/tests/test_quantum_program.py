@@ -18,48 +18,6 @@ from backline_core.native import last_error
 
 PIPELINE = "convert-quantum-to-llvm,convert-transport-to-llvm"
 
-# @ghz(device, shots, out): for each shot, reset_all, H q0, CNOT q0 q1, CNOT q1 q2, {noise}
-# measure q0..q2 and write q0 | q1 << 1 | q2 << 2 to out[shot]; returns the first failure.
-GHZ = """
-builtin.module {{
-  llvm.func @ghz(%dev: !llvm.ptr, %shots: i64, %out: !llvm.ptr) -> i32 {{
-    %d = bquantum.device_from_ptr %dev : !llvm.ptr -> !bquantum.device
-    %zero = llvm.mlir.constant(0 : i64) : i64
-    %one = llvm.mlir.constant(1 : i64) : i64
-    %q0 = llvm.mlir.constant(0 : i32) : i32
-    %q1 = llvm.mlir.constant(1 : i32) : i32
-    %q2 = llvm.mlir.constant(2 : i32) : i32
-    llvm.br ^loop(%zero : i64)
-  ^loop(%i: i64):
-    %done = llvm.icmp "sge" %i, %shots : i64
-    llvm.cond_br %done, ^exit, ^body
-  ^body:
-    bquantum.reset_all %d
-    bquantum.gate "H" %d, %q0 : !bquantum.device
-    bquantum.gate "CNOT" %d, %q0, %q1 : !bquantum.device
-    bquantum.gate "CNOT" %d, %q1, %q2 : !bquantum.device
-    {noise}
-    %m0 = bquantum.measure %d, %q0 : !bquantum.device -> i1
-    %m1 = bquantum.measure %d, %q1 : !bquantum.device -> i1
-    %m2 = bquantum.measure %d, %q2 : !bquantum.device -> i1
-    %b0 = llvm.zext %m0 : i1 to i32
-    %e1 = llvm.zext %m1 : i1 to i32
-    %e2 = llvm.zext %m2 : i1 to i32
-    %b1 = llvm.shl %e1, %q1 : i32
-    %b2 = llvm.shl %e2, %q2 : i32
-    %b01 = llvm.or %b0, %b1 : i32
-    %bits = llvm.or %b01, %b2 : i32
-    %slot = llvm.getelementptr %out[%i] : (!llvm.ptr, i64) -> !llvm.ptr, i32
-    llvm.store %bits, %slot : i32, !llvm.ptr
-    %next = llvm.add %i, %one : i64
-    llvm.br ^loop(%next : i64)
-  ^exit:
-    %st = transport.take_status : i32
-    llvm.return %st : i32
-  }}
-}}
-"""
-
 # @on_wire(device, wire): one op on a wire the caller picks; returns the first failure.
 ON_WIRE = """
 builtin.module {{
@@ -83,20 +41,14 @@ def compile_program(text: str) -> codegen.JitProgram:
 
 
 @pytest.fixture(scope="module")
-def ghz() -> codegen.JitProgram:
-    return compile_program(GHZ.format(noise=""))
+def ghz(ghz_text) -> codegen.JitProgram:
+    return compile_program(ghz_text())
 
 
 @pytest.fixture(scope="module")
-def noisy_ghz() -> codegen.JitProgram:
-    return compile_program(GHZ.format(noise='bquantum.noise "x_flip" %d, %q2 {p = 0.2 : f64}'))
+def noisy_ghz(ghz_text) -> codegen.JitProgram:
+    return compile_program(ghz_text(noise='bquantum.noise "x_flip" %d, %q2 {p = 0.2 : f64}'))
 
-
-def run_shots(program: codegen.JitProgram, dev: QuantumDevice, shots: int = SHOTS) -> np.ndarray:
-    out = np.full(shots, -1, dtype=np.int32)
-    status = program.function("ghz", "int32", "ptr", "int64", "ptr")(dev.handle, shots, out.ctypes.data)
-    assert status == 0, last_error()
-    return out
 
 
 def test_the_pass_tables_are_device_h() -> None:
@@ -107,19 +59,19 @@ def test_the_pass_tables_are_device_h() -> None:
     assert set(NOISE_IDS) == set(bquantum.NOISE_CHANNELS)
 
 
-def test_ghz_on_stim(ghz: codegen.JitProgram) -> None:
+def test_ghz_on_stim(ghz: codegen.JitProgram, ghz_shots) -> None:
     pytest.importorskip("backline_device_stim")
     with QuantumDevice.open("stim", 3, seed=5) as dev:
-        out = run_shots(ghz, dev)
+        out = ghz_shots(ghz, dev, SHOTS)
         assert dev.op_count == 6 * SHOTS  # per shot: 3 gates, 3 measurements (reset_all is not counted)
     assert set(out.tolist()) == {0b000, 0b111}
     assert 0.35 < np.mean(out == 0b111) < 0.65
 
 
-def test_ghz_with_x_flip_noise_on_stim(noisy_ghz: codegen.JitProgram) -> None:
+def test_ghz_with_x_flip_noise_on_stim(noisy_ghz: codegen.JitProgram, ghz_shots) -> None:
     pytest.importorskip("backline_device_stim")
     with QuantumDevice.open("stim", 3, seed=5) as dev:
-        out = run_shots(noisy_ghz, dev)
+        out = ghz_shots(noisy_ghz, dev, SHOTS)
     q0, q1, q2 = out & 1, (out >> 1) & 1, (out >> 2) & 1
     assert (q0 == q1).all()  # the flip is on qubit 2 only
     rate = np.mean(q2 != q0)
@@ -127,10 +79,10 @@ def test_ghz_with_x_flip_noise_on_stim(noisy_ghz: codegen.JitProgram) -> None:
     assert abs(rate - 0.2) < 4 * se, rate
 
 
-def test_ghz_on_the_null_device(ghz: codegen.JitProgram, noisy_ghz: codegen.JitProgram) -> None:
+def test_ghz_on_the_null_device(ghz: codegen.JitProgram, noisy_ghz: codegen.JitProgram, ghz_shots) -> None:
     with QuantumDevice.open("null", 3) as dev:
-        assert (run_shots(ghz, dev) == 0).all()
-        assert (run_shots(noisy_ghz, dev) == 0).all()  # a noiseless device ignores noise
+        assert (ghz_shots(ghz, dev, SHOTS) == 0).all()
+        assert (ghz_shots(noisy_ghz, dev, SHOTS) == 0).all()  # a noiseless device ignores noise
 
 
 @pytest.mark.parametrize(("op", "function"), [

@@ -21,47 +21,6 @@ pytest.importorskip("backline_device_stim")
 LOGICAL_QUBITS = 3
 PHYSICAL_QUBITS = 7 * LOGICAL_QUBITS + 3  # 7 data wires per logical qubit, 3 ancillas
 
-# @ghz(device, shots, out): for each shot, reset_all, H_L q0, CNOT_L q0 q1, CNOT_L q1 q2,
-# measure q0..q2 and write q0 | q1 << 1 | q2 << 2 to out[shot]; returns the first failure.
-GHZ = """
-builtin.module {attributes} {{
-  llvm.func @ghz(%dev: !llvm.ptr, %shots: i64, %out: !llvm.ptr) -> i32 {{
-    %d = bquantum.device_from_ptr %dev : !llvm.ptr -> !bquantum.device
-    %zero = llvm.mlir.constant(0 : i64) : i64
-    %one = llvm.mlir.constant(1 : i64) : i64
-    %q0 = llvm.mlir.constant(0 : i32) : i32
-    %q1 = llvm.mlir.constant(1 : i32) : i32
-    %q2 = llvm.mlir.constant(2 : i32) : i32
-    llvm.br ^loop(%zero : i64)
-  ^loop(%i: i64):
-    %done = llvm.icmp "sge" %i, %shots : i64
-    llvm.cond_br %done, ^exit, ^body
-  ^body:
-    bquantum.reset_all %d
-    bquantum.gate "H" %d, %q0 : !bquantum.device
-    bquantum.gate "CNOT" %d, %q0, %q1 : !bquantum.device
-    bquantum.gate "CNOT" %d, %q1, %q2 : !bquantum.device
-    %m0 = bquantum.measure %d, %q0 : !bquantum.device -> i1
-    %m1 = bquantum.measure %d, %q1 : !bquantum.device -> i1
-    %m2 = bquantum.measure %d, %q2 : !bquantum.device -> i1
-    %b0 = llvm.zext %m0 : i1 to i32
-    %e1 = llvm.zext %m1 : i1 to i32
-    %e2 = llvm.zext %m2 : i1 to i32
-    %b1 = llvm.shl %e1, %q1 : i32
-    %b2 = llvm.shl %e2, %q2 : i32
-    %b01 = llvm.or %b0, %b1 : i32
-    %bits = llvm.or %b01, %b2 : i32
-    %slot = llvm.getelementptr %out[%i] : (!llvm.ptr, i64) -> !llvm.ptr, i32
-    llvm.store %bits, %slot : i32, !llvm.ptr
-    %next = llvm.add %i, %one : i64
-    llvm.br ^loop(%next : i64)
-  ^exit:
-    %st = transport.take_status : i32
-    llvm.return %st : i32
-  }}
-}}
-"""
-
 LOWER = "convert-bqec-to-llvm,convert-quantum-to-llvm,convert-transport-to-llvm"
 SHOTS = 4000
 P = 0.002
@@ -72,20 +31,24 @@ def encode(p: float, correct: bool) -> str:
     return f"encode-steane{{apply-correction={'true' if correct else 'false'}}},inject-noise{{p={p}}}"
 
 
-def compile_local(p: float, correct: bool = True) -> codegen.JitProgram:
-    module = pipeline.parse(GHZ.format(attributes=""))
+def compile_local(text: str, p: float, correct: bool = True) -> codegen.JitProgram:
+    module = pipeline.parse(text)
     pipeline.run(module, f"{encode(p, correct)},{LOWER}")
     assert all(op.dialect_name() in ("builtin", "llvm") for op in module.walk())
     return codegen.JitProgram(module)
 
 
-def run_shots(program: codegen.JitProgram, shots: int, seed: int = SEED) -> np.ndarray:
-    out = np.full(shots, -1, dtype=np.int32)
-    with QuantumDevice.open("stim", PHYSICAL_QUBITS, seed=seed) as dev:
-        status = program.function("ghz", "int32", "ptr", "int64", "ptr")(dev.handle, shots, out.ctypes.data)
-    assert status == 0, last_error()
-    assert ((out >= 0) & (out <= 7)).all()
-    return out
+@pytest.fixture(scope="module")
+def run_shots(ghz_shots):
+    """Run @ghz on a fresh stim device of the encoded size (the conftest's runner)."""
+
+    def run(program: codegen.JitProgram, shots: int, seed: int = SEED) -> np.ndarray:
+        with QuantumDevice.open("stim", PHYSICAL_QUBITS, seed=seed) as dev:
+            out = ghz_shots(program, dev, shots)
+        assert ((out >= 0) & (out <= 7)).all()
+        return out
+
+    return run
 
 
 def logical_error_rate(out: np.ndarray) -> tuple[float, float]:
@@ -95,31 +58,31 @@ def logical_error_rate(out: np.ndarray) -> tuple[float, float]:
 
 
 @pytest.fixture(scope="module")
-def local_outcomes() -> np.ndarray:
-    return run_shots(compile_local(P), SHOTS)
+def local_outcomes(ghz_text, run_shots) -> np.ndarray:
+    return run_shots(compile_local(ghz_text(), P), SHOTS)
 
 
-def test_noiseless_encoded_ghz_gives_000_or_111() -> None:
+def test_noiseless_encoded_ghz_gives_000_or_111(ghz_text, run_shots) -> None:
     for correct in (True, False):
-        out = run_shots(compile_local(0.0, correct), 400)
+        out = run_shots(compile_local(ghz_text(), 0.0, correct), 400)
         assert set(out.tolist()) == {0b000, 0b111}
         assert 0.35 < np.mean(out == 0b111) < 0.65
 
 
-def test_correction_lowers_the_logical_error_rate(local_outcomes: np.ndarray) -> None:
+def test_correction_lowers_the_logical_error_rate(local_outcomes: np.ndarray, ghz_text, run_shots) -> None:
     corrected, half = logical_error_rate(local_outcomes)
-    baseline, half0 = logical_error_rate(run_shots(compile_local(P, correct=False), SHOTS))
+    baseline, half0 = logical_error_rate(run_shots(compile_local(ghz_text(), P, correct=False), SHOTS))
     print(f"\nSteane GHZ, p={P}, {SHOTS} shots, seed {SEED}: logical error rate with correction "
           f"{corrected:.4f} +- {half:.4f}, without {baseline:.4f} +- {half0:.4f} (95%)")
     assert corrected < baseline
 
 
-def test_decodes_over_the_transport_match_local_decoding(local_outcomes: np.ndarray) -> None:
+def test_decodes_over_the_transport_match_local_decoding(local_outcomes: np.ndarray, ghz_text, run_shots) -> None:
     key = f"dec-{uuid.uuid4().hex[:8]}"
     placement = Placement(controller=Controller(), transport="memcpy",
                           coprocessors=[Coprocessor(name=key, coprocessor_fn="steane",
                                                     init_args={"locality": "thread"})])
-    module = pipeline.parse(GHZ.format(attributes=f"attributes {{backline.placement = {placement.to_attribute()}}}"))
+    module = pipeline.parse(ghz_text(attributes=f"attributes {{backline.placement = {placement.to_attribute()}}}"))
     pipeline.run(module, f"{encode(P, True)},inject-transport-session{{in-bytes=1 out-bytes=1}},"
                          f"lower-decode-to-transport,{LOWER}")
     text = pipeline.print_module(module)

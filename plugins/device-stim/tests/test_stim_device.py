@@ -8,33 +8,9 @@ import math
 import pytest
 
 from backline_core import errors, plugins
-from backline_core.device import QuantumDevice
+from backline_core.device import BELL_PROGRAM, QuantumDevice
 
-BELL_PROGRAM = """
-builtin.module {
-  llvm.func @bl_dev_gate1(!llvm.ptr, i32, i32) -> i32
-  llvm.func @bl_dev_gate2(!llvm.ptr, i32, i32, i32) -> i32
-  llvm.func @bl_dev_measure(!llvm.ptr, i32) -> i32
-  llvm.func @bell(%d: !llvm.ptr) -> i32 {
-    %h = llvm.mlir.constant(4 : i32) : i32
-    %cnot = llvm.mlir.constant(8 : i32) : i32
-    %q0 = llvm.mlir.constant(0 : i32) : i32
-    %q1 = llvm.mlir.constant(1 : i32) : i32
-    %r0 = llvm.call @bl_dev_gate1(%d, %h, %q0) : (!llvm.ptr, i32, i32) -> i32
-    %r1 = llvm.call @bl_dev_gate2(%d, %cnot, %q0, %q1) : (!llvm.ptr, i32, i32, i32) -> i32
-    %m0 = llvm.call @bl_dev_measure(%d, %q0) : (!llvm.ptr, i32) -> i32
-    %m1 = llvm.call @bl_dev_measure(%d, %q1) : (!llvm.ptr, i32) -> i32
-    %hi = llvm.shl %m1, %q1 : i32
-    %packed = llvm.or %m0, %hi : i32
-    %e0 = llvm.or %r0, %r1 : i32
-    %e1 = llvm.or %m0, %m1 : i32
-    %err = llvm.or %e0, %e1 : i32
-    %failed = llvm.icmp "slt" %err, %q0 : i32
-    %result = llvm.select %failed, %err, %packed : i1, i32
-    llvm.return %result : i32
-  }
-}
-"""
+
 
 
 def bell_shots(dev: QuantumDevice, shots: int) -> list[tuple[int, int]]:
