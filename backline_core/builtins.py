@@ -21,7 +21,8 @@ def steane() -> CoprocessorFunction:
 
     Serves decoder_id 0 (X checks) and 1 (Z checks): the Steane code's Hx equals Hz.
     """
-    return CoprocessorFunction(name="steane", library=get_library(), symbol="bl_fn_steane", decoder_ids=(0, 1))
+    return CoprocessorFunction(name="steane", library=get_library(), symbol="bl_fn_steane", decoder_ids=(0, 1),
+                               reply_bits=7)
 
 
 @hookimpl

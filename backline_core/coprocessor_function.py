@@ -42,6 +42,9 @@ class CoprocessorFunction:
     init_symbol: str | None = None
     fini_symbol: str | None = None
     python: Callable[[int, bytes], bytes] | None = None
+    #: Width in bits of the reply, when the function knows it (a decoder's correction mask
+    #: of n qubits: n). Lets callers size and unpack replies without knowing the code.
+    reply_bits: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -73,6 +76,13 @@ class CoprocessorFunction:
             )
         if (self.init_symbol is None) != (self.fini_symbol is None) and self.fini_symbol is not None:
             raise PlacementError(f"CoprocessorFunction {self.name!r}: fini_symbol given without init_symbol")
+        if self.reply_bits is not None and (
+            not isinstance(self.reply_bits, int) or isinstance(self.reply_bits, bool) or self.reply_bits < 1
+        ):
+            raise PlacementError(
+                f"CoprocessorFunction {self.name!r}: reply_bits={self.reply_bits!r} must be a positive int "
+                "(the width of the reply in bits, e.g. n for a correction mask of n qubits) or None when unknown"
+            )
 
     @property
     def is_python(self) -> bool:
@@ -92,12 +102,15 @@ class CoprocessorFunction:
                 out["fini_symbol"] = self.fini_symbol
             if self.context:
                 out["context"] = self.context.hex()
+        if self.reply_bits is not None:
+            out["reply_bits"] = self.reply_bits
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CoprocessorFunction:
         """Inverse of :meth:`to_dict`."""
-        known = {"name", "decoder_ids", "python", "library", "symbol", "init_symbol", "fini_symbol", "context"}
+        known = {"name", "decoder_ids", "python", "library", "symbol", "init_symbol", "fini_symbol", "context",
+                 "reply_bits"}
         unknown = set(data) - known
         if unknown:
             raise PlacementError(f"unknown CoprocessorFunction fields {sorted(unknown)}; known: {sorted(known)}")

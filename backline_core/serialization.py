@@ -74,7 +74,8 @@ def _node_record(n: Node) -> _Record:
 
 
 # Field order of a #transport.fn record: the CoprocessorFunction field order.
-_FN_FIELDS = ("name", "library", "symbol", "decoder_ids", "context", "init_symbol", "fini_symbol", "python")
+_FN_FIELDS = ("name", "library", "symbol", "decoder_ids", "context", "init_symbol", "fini_symbol", "python",
+              "reply_bits")
 
 
 def _fn_record(fn: CoprocessorFunction) -> _Record:
@@ -530,6 +531,9 @@ class _Reader:
                 data[key] = [self.integer(i, f"{what}: decoder_ids item") for i in items]
             elif key == "name":
                 data[key] = self.string(item, f"{what}: name")
+            elif key == "reply_bits":
+                if item.kind != "null":  # null only occurs in JSON
+                    data[key] = self.integer(item, f"{what}: reply_bits")
             else:
                 value = self.optional_string(item, f"{what}: {key}")
                 if value is not None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from . import plugins
 from .coprocessor_function import CoprocessorFunction
 from .errors import InvalidArgumentError, LifecycleError, PlacementError
@@ -149,6 +151,9 @@ class Session:
         """Stop, unregister and free the session; calling it again does nothing."""
         if self._s is None:
             return
+        log = _recording.pop(_address(self._s), None)
+        if log is not None and log._live():
+            log.close()  # while the session can still say how many rounds it saw
         s, self._s = self._s, None
         try:
             check(lib.bl_destroy(s))
@@ -230,6 +235,12 @@ class Session:
         """Round trip of the last collected round, in nanoseconds."""
         return lib.bl_last_rtt_ns(self._handle())
 
+    def record_rtt(self, capacity: int) -> RoundTripLog:
+        """Controller: record the round trip of each round from now on (see :class:`RoundTripLog`).
+
+        :meth:`destroy` closes the log first, so its values stay readable afterwards."""
+        return RoundTripLog(self._handle(), self.role, self.key, capacity)
+
     def serve(self) -> None:
         """Coprocessor: answer requests on this thread until ``stop`` (blocks)."""
         check(lib.bl_serve(self._handle()))
@@ -248,3 +259,126 @@ class Session:
     def __repr__(self) -> str:
         state = "destroyed" if self._s is None else "live"
         return f"<Session {self.role} {self.key!r} {state}>"
+
+
+def _address(handle: Any) -> int:
+    return int(ffi.cast("uintptr_t", handle))
+
+
+#: session address -> the log recording it. Holds the log (and so its buffer) alive for as
+#: long as the runtime may write into it, even if the caller drops every reference.
+_recording: dict[int, RoundTripLog] = {}
+
+
+class RoundTripLog:
+    """The round trip (ns) of every round a controller session collects, recorded by the runtime.
+
+    The runtime stores each round's RTT into a buffer this object owns (``bl_record_rtt``), so
+    rounds driven by compiled code are recorded as well as Python's. It stores the first
+    ``capacity`` rounds and counts them all. Get one with :meth:`attach` (a session that
+    other code created in this process, found by key) or :meth:`Session.record_rtt`.
+
+    Call :meth:`close` **before the session is destroyed**: the round count lives in the
+    session, so after destroy it is lost (``Session.destroy`` closes its own session's log).
+    One log per session at a time.
+
+    >>> from backline_core import Session, plugins
+    >>> if "memcpy" in plugins.names("transport"):
+    ...     with Session.open("memcpy", "coprocessor", "rtt-doc", functions=["echo"], config="locality=inline") as cop, \\
+    ...          Session.open("memcpy", "controller", "rtt-doc", in_bytes=8, out_bytes=8) as ctl:
+    ...         log = RoundTripLog.attach("rtt-doc", capacity=2)
+    ...         for _ in range(3):
+    ...             _ = ctl.round(b"syndrome")
+    ...         log.close()
+    ...         assert (log.rounds, log.dropped, len(log.rtt_ns())) == (3, 1, 2)
+    """
+
+    def __init__(self, handle: Any, role: str, key: str, capacity: int) -> None:
+        """Arm recording on ``handle``, a live ``bl_session *``; prefer :meth:`attach`."""
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
+            raise InvalidArgumentError(
+                f"capacity={capacity!r}: give the number of rounds to store, an int >= 0", code=-1, status="BL_EINVAL"
+            )
+        address = _address(handle)
+        other = _recording.get(address)
+        if other is not None and other._live():
+            raise LifecycleError(
+                f"{role} session {key!r} is already recorded by {other!r}; close that log first",
+                code=-2, status="BL_ESTATE",
+            )
+        self.role, self.key, self.capacity = role, key, capacity
+        self._s = handle
+        self._buf = np.zeros(max(capacity, 1), dtype=np.uint64)  # never empty: NULL would disarm
+        self._snapshot: np.ndarray | None = None
+        self._rounds = 0
+        check(lib.bl_record_rtt(handle, ffi.cast("uint64_t *", ffi.from_buffer(self._buf)), capacity))
+        _recording[address] = self
+
+    @classmethod
+    def attach(cls, key: str, capacity: int, role: str = "controller") -> RoundTripLog:
+        """Record the session registered in this process under (``role``, ``key``).
+
+        Raises NotFoundError naming the key if there is none, LifecycleError for a coprocessor."""
+        if role not in ROLES:
+            raise InvalidArgumentError(
+                f"role must be 'controller' or 'coprocessor', not {role!r}", code=-1, status="BL_EINVAL"
+            )
+        handle = lib.bl_session_get(ROLES[role], key.encode())
+        if handle == ffi.NULL:
+            check(-14)  # BL_ENOTFOUND, with the runtime's text naming the key
+        return cls(handle, role, key, capacity)
+
+    def _live(self) -> bool:
+        """Whether the session is still registered (at the same address)."""
+        return self._s is not None and lib.bl_session_get(ROLES[self.role], self.key.encode()) == self._s
+
+    def _count(self) -> int:
+        if not self._live():
+            raise LifecycleError(
+                f"{self.role} session {self.key!r} was destroyed before its RoundTripLog was closed, so its "
+                "round count is lost; call close() before destroying the session",
+                code=-2, status="BL_ESTATE",
+            )
+        return lib.bl_recorded_rtt(self._s)
+
+    def close(self) -> None:
+        """Stop recording and keep what was recorded; calling it again does nothing."""
+        if self._snapshot is not None:
+            return
+        self._rounds = self._count()
+        check(lib.bl_record_rtt(self._s, ffi.NULL, 0))
+        self._snapshot = self._buf[: min(self._rounds, self.capacity)].copy()
+        self._buf = self._snapshot
+        _recording.pop(_address(self._s), None)
+        self._s = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run (recording stopped, values kept)."""
+        return self._snapshot is not None
+
+    @property
+    def rounds(self) -> int:
+        """Rounds collected since recording started (stored or not)."""
+        return self._rounds if self._snapshot is not None else self._count()
+
+    @property
+    def dropped(self) -> int:
+        """Rounds counted but not stored because ``capacity`` was reached."""
+        return max(0, self.rounds - self.capacity)
+
+    def rtt_ns(self) -> np.ndarray:
+        """The stored round trips in ns, oldest first (a copy; up to ``capacity`` of them)."""
+        if self._snapshot is not None:
+            return self._snapshot.copy()
+        return self._buf[: min(self._count(), self.capacity)].copy()
+
+    def __enter__(self) -> RoundTripLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._snapshot is not None else "recording"
+        return f"<RoundTripLog {self.role} {self.key!r} capacity={self.capacity} {state}>"

@@ -442,3 +442,40 @@ def test_both_forms_agree():
     p = full()
     assert Placement.from_json(p.to_json()).to_attribute() == p.to_attribute()
     assert Placement.from_attribute(p.to_attribute()).to_json() == p.to_json()
+
+
+# -- reply_bits ---------------------------------------------------------------------------
+
+
+def _with_reply_bits(bits: int | None) -> Placement:
+    fn = CoprocessorFunction(name="native", library="/opt/qec/libdec.so", symbol="bl_decode", reply_bits=bits)
+    return Placement(controller=Controller(), coprocessors=[Coprocessor(coprocessor_fn=fn)], transport="shm")
+
+
+def test_reply_bits_round_trips_in_both_forms():
+    p = _with_reply_bits(23)
+    text = p.to_attribute()
+    assert 'symbol = "bl_decode", reply_bits = 23>' in text
+    assert Placement.from_attribute(text) == p and Placement.from_json(p.to_json()) == p
+    assert Placement.from_attribute(text).coprocessors[0].coprocessor_fn.reply_bits == 23
+    assert p.to_dict()["coprocessors"][0]["coprocessor_fn"]["reply_bits"] == 23
+
+
+def test_reply_bits_is_left_out_when_unknown():
+    p = _with_reply_bits(None)
+    assert "reply_bits" not in p.to_attribute()
+    assert "reply_bits" not in p.to_dict()["coprocessors"][0]["coprocessor_fn"]
+    data = p.to_dict()
+    data["coprocessors"][0]["coprocessor_fn"]["reply_bits"] = None  # JSON null: unknown
+    assert Placement.from_dict(data) == p
+
+
+@pytest.mark.parametrize(
+    "value, words",
+    [('"7"', "reply_bits at offset"), ("0", "reply_bits=0 must be a positive int"), ("true", "must be an integer")],
+)
+def test_reply_bits_must_be_a_positive_integer(value, words):
+    text = _with_reply_bits(7).to_attribute().replace("reply_bits = 7", f"reply_bits = {value}")
+    with pytest.raises(PlacementError) as info:
+        Placement.from_attribute(text)
+    assert words in str(info.value)

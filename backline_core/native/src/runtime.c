@@ -65,6 +65,8 @@ struct bl_session {
     uint64_t served;                    /* coprocessor: last answered seq */
     uint64_t timeout_ns;
     uint64_t last_rtt;
+    uint64_t *rtt_log; /* bl_record_rtt: caller-owned, NULL when not recording */
+    uint64_t rtt_cap, rtt_count;
     uint64_t *post_time;
     bl_channel ch;
     volatile int stop_flag;
@@ -820,6 +822,10 @@ static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header
         }
     }
     s->last_rtt = bl__ticks_to_ns(bl__ticks() - s->post_time[slot]);
+    if (s->rtt_log) { /* one branch, predicted either way, when not recording */
+        if (s->rtt_count < s->rtt_cap) s->rtt_log[s->rtt_count] = s->last_rtt;
+        ++s->rtt_count;
+    }
     s->collected = seq;
     if (BL_UNLIKELY(h->status != BL_OK)) {
         if (h->status == BL_EDECODER)
@@ -872,6 +878,24 @@ BL_API int32_t bl_round(bl_session *s, const void *in, uint32_t in_len, uint32_t
 
 BL_API uint64_t bl_last_rtt_ns(bl_session *s) {
     return (s && s->magic == SESSION_MAGIC) ? s->last_rtt : 0;
+}
+
+BL_API int32_t bl_record_rtt(bl_session *s, uint64_t *buf, uint64_t cap) {
+    int32_t rc = check_session(s, "record_rtt");
+    if (rc) return rc;
+    if (s->role != BL_CONTROLLER)
+        return fail(BL_ESTATE, "record_rtt: '%s' is a coprocessor session; round trips are measured (and recorded) by the controller",
+                    s->key);
+    if (buf) { /* arm: a fresh count into a fresh buffer */
+        s->rtt_count = 0;
+        s->rtt_cap = cap;
+    }
+    s->rtt_log = buf; /* disarm keeps rtt_count, so it can still be read */
+    return BL_OK;
+}
+
+BL_API uint64_t bl_recorded_rtt(bl_session *s) {
+    return (s && s->magic == SESSION_MAGIC) ? s->rtt_count : 0;
 }
 
 /* ---- coprocessor serving ------------------------------------------------------------------ */
@@ -1002,6 +1026,7 @@ BL_API int32_t bl_destroy(bl_session *s) {
         free(o);
     }
     s->magic = 0;
+    /* s->rtt_log belongs to the bl_record_rtt caller: never freed or written here. */
     free(s->post_time);
     free(s->fns);
     free(s->config);

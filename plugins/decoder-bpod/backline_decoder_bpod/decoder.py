@@ -127,4 +127,5 @@ def css_bp_decoder(hx: Any, hz: Any, *, bp_method: str = "min_sum", max_iter: in
     return CoprocessorFunction(
         name=name, library=LIBRARY, symbol="bpod_css_fn", init_symbol="bpod_css_init",
         fini_symbol="bpod_css_fini", context=encode([hx, hz], params), decoder_ids=(0, 1),
+        reply_bits=hx.shape[1],
     )

@@ -661,7 +661,7 @@ def css_triton_bp_decoder(hx: Any, hz: Any, params: BpOsdParams | None = None, *
     params = BpOsdParams() if params is None else params
     dev = resolve_device(device)
     fn = _CssTritonBp((TritonBpOsdDecoder(hx, params, dev), TritonBpOsdDecoder(hz, params, dev)), name)
-    return CoprocessorFunction(name=name, python=fn, decoder_ids=(0, 1))
+    return CoprocessorFunction(name=name, python=fn, decoder_ids=(0, 1), reply_bits=hx.shape[1])
 
 
 # ---- user-written kernels ----------------------------------------------------------------------
@@ -759,4 +759,4 @@ def triton_decoder(fns: Any, *, m: int | tuple[int, int], n: int, platform: str 
             raise ValueError(f"{what}={value!r}: must be an int >= 1")
     device = _platform_device(platform, kernels)
     fn = _UserKernels(kernels, ms, n, device, name)
-    return CoprocessorFunction(name=name, python=fn, decoder_ids=tuple(range(len(kernels))))
+    return CoprocessorFunction(name=name, python=fn, decoder_ids=tuple(range(len(kernels))), reply_bits=n)

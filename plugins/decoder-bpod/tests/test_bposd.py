@@ -539,6 +539,15 @@ def test_process_locality_with_a_large_code():
 # =============================================================================================
 
 
+@pytest.mark.parametrize("name", ["steane", "hgp13", "toric-4"])
+def test_css_function_declares_its_reply_width(name):
+    code = get(name)
+    fn = css_bp_decoder(code.hx, code.hz)
+    assert fn.reply_bits == code.hx.shape[1] == code.n  # the correction mask of n qubits
+    assert CoprocessorFunction.from_dict(fn.to_dict()).reply_bits == code.n
+    assert plugins.get("decoder", "bposd").build(hx=code.hx, hz=code.hz).reply_bits == code.n
+
+
 def test_plugin_entry_points():
     code = get("hgp13")
     assert {"bposd", "bp"} <= set(plugins.names("decoder"))

@@ -227,7 +227,7 @@ def test_css_function_through_bound_function():
     settings = {"bp_method": "min_sum", "osd_method": "osd_cs", "osd_order": 3, "error_rate": 0.08}
     fn = css_bp_decoder(code.hx, code.hz, platform="triton", **settings)
     assert isinstance(fn, CoprocessorFunction) and fn.is_python and fn.decoder_ids == (0, 1)
-    assert fn.name == "bposd"
+    assert fn.name == "bposd" and fn.reply_bits == code.n == code.hx.shape[1]
     rng = np.random.default_rng(3)
     with BoundFunction(fn) as mine, BoundFunction(css_bp_decoder(code.hx, code.hz, **settings)) as ref:
         for _ in range(6):
@@ -289,7 +289,7 @@ def steane_kernel(syndrome_ptr, correction_ptr, m, n):
 
 def test_user_steane_kernel_matches_builtin():
     fn = triton_decoder((steane_kernel, steane_kernel), m=3, n=7, name="steane-triton")
-    assert fn.decoder_ids == (0, 1) and fn.is_python and fn.name == "steane-triton"
+    assert fn.decoder_ids == (0, 1) and fn.is_python and fn.name == "steane-triton" and fn.reply_bits == 7
     with BoundFunction(fn) as mine, BoundFunction(steane()) as ref:
         for decoder_id in (0, 1):
             for s in range(8):

@@ -134,6 +134,16 @@ BL_API int32_t bl_round(bl_session *s, const void *in, uint32_t in_len, uint32_t
                         void *out, uint32_t out_cap, uint32_t *out_len);
 /* Round trip of the last collected round, in nanoseconds (0 before the first). */
 BL_API uint64_t bl_last_rtt_ns(bl_session *s);
+/* Per-round RTT recording (controller), for programs whose sessions compiled code drives:
+ * from now on every collected round (collect, reply_slot, round) stores its round trip in
+ * ns into buf[count] while count < cap, and increments count. `buf` is caller-owned and
+ * must stay valid until recording is disarmed (buf == NULL) or the session is destroyed;
+ * the runtime never frees it. Arming resets the count to 0; disarming keeps it readable.
+ * Call it on the thread that runs the rounds, or while none is in progress. */
+BL_API int32_t bl_record_rtt(bl_session *s, uint64_t *buf, uint64_t cap);
+/* Rounds collected since recording was last armed (may exceed cap: only the first cap
+ * are stored); 0 for a NULL or destroyed session. */
+BL_API uint64_t bl_recorded_rtt(bl_session *s);
 
 /* Coprocessor serving: poll the request ring and answer until bl_stop (or, for
  * bl_serve_for, until `ns` nanoseconds have passed). Backends with their own poller
