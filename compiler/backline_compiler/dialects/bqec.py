@@ -9,18 +9,43 @@ Attribute ``#bqec.tanner<MxN, "hex">`` (:class:`TannerAttr`): a CSS check matrix
 the last byte are 0, so each matrix has one spelling. Build it with
 :meth:`TannerAttr.from_matrix`; get the matrix back with :meth:`TannerAttr.matrix`.
 
-Op ``bqec.decode`` (:class:`DecodeOp`), destination-passing::
+Op ``bqec.decode`` (:class:`DecodeOp`), destination-passing, in one of two forms (exactly
+one per op; the verifier rejects a mix or a partial form):
 
-    bqec.decode %syndrome, %correction {check_type = "x", tanner = #bqec.tanner<3x7, "78b4e5">}
-    bqec.decode %syndrome, %correction {check_type = "z", coprocessor = "dec", tanner = #bqec.tanner<3x7, "78b4e5">}
+(a) *implicit QEC decode*: the op carries the code. ``tanner`` + ``check_type``::
 
-* ``%syndrome: !llvm.ptr`` points at ``ceil(M / 8)`` bytes: syndrome bit ``i`` (check row
-  ``i``) in byte ``i // 8`` at bit ``i % 8`` (little-endian bit order, as above);
-* ``%correction: !llvm.ptr`` points at ``ceil(N / 8)`` bytes the decode overwrites with a
-  bit mask in the same order: bit ``j`` set = flip data bit ``j``;
-* ``check_type`` (``"x"`` or ``"z"``) says which check family the syndrome came from
-  (``lower-decode-to-transport`` maps ``"x"`` to decoder_id 0, ``"z"`` to 1);
+        bqec.decode %syndrome, %correction {check_type = "x", tanner = #bqec.tanner<3x7, "78b4e5">}
+        bqec.decode %syndrome, %correction {check_type = "z", coprocessor = "dec", tanner = #bqec.tanner<3x7, "78b4e5">}
+
+    ``check_type`` (``"x"`` or ``"z"``) says which check family the syndrome came from; the
+    decoder_id is derived from it (``"x"`` -> 0, ``"z"`` -> 1) and the sizes from the matrix
+    (``ceil(M / 8)`` syndrome bytes, ``ceil(N / 8)`` correction bytes).
+
+(b) *explicit decode*: the coprocessor knows its code; the op names only which of its
+    decoders to run and how many bytes go each way (the paper's
+    ``decode(syndrome, decoder_id=0)``)::
+
+        bqec.decode %syndrome, %correction {decoder_id = 0 : i32, syndrome_bytes = 1 : i32, correction_bytes = 2 : i32, coprocessor = "dec"}
+
+    ``decoder_id`` (``i32``, ``0 <= id < 256``, the id carried by
+    ``transport.stage_payload``), ``syndrome_bytes`` and ``correction_bytes`` (positive
+    ``i32``). Without a matrix the decode cannot run locally: it must be routed to a
+    coprocessor by ``lower-decode-to-transport``.
+
+In both forms:
+
+* ``%syndrome: !llvm.ptr`` points at the syndrome bytes (``syndrome_bytes``); in the
+  implicit form syndrome bit ``i`` (check row ``i``) is in byte ``i // 8`` at bit ``i % 8``
+  (little-endian bit order, as above);
+* ``%correction: !llvm.ptr`` points at the ``correction_bytes`` bytes the decode
+  overwrites; in the implicit form a bit mask in the same order: bit ``j`` set = flip data
+  bit ``j``;
 * ``coprocessor`` (optional) names the placement's coprocessor that should run it.
+
+Passes read :attr:`DecodeOp.decoder_id`, :attr:`DecodeOp.syndrome_bytes` and
+:attr:`DecodeOp.correction_bytes`, which answer for either form; :attr:`DecodeOp.is_explicit`
+tells them apart. Build the implicit form with ``DecodeOp(syn, corr, tanner, check_type)``
+and the explicit one with :meth:`DecodeOp.explicit`.
 """
 
 from __future__ import annotations
@@ -29,7 +54,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import IntAttr, StringAttr
+from xdsl.dialects.builtin import I32, IntAttr, IntegerAttr, StringAttr, i32
 from xdsl.dialects.llvm import LLVMPointerType
 from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue
 from xdsl.irdl import (
@@ -39,7 +64,6 @@ from xdsl.irdl import (
     irdl_op_definition,
     operand_def,
     opt_prop_def,
-    prop_def,
 )
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
@@ -139,16 +163,42 @@ class TannerAttr(ParametrizedAttribute):
         return (IntAttr(rows), IntAttr(cols), StringAttr(packed))
 
 
+#: The properties of each form of ``bqec.decode`` (exactly one form per op).
+IMPLICIT_PROPS = ("tanner", "check_type")
+EXPLICIT_PROPS = ("decoder_id", "syndrome_bytes", "correction_bytes")
+_IMPLICIT = "tanner + check_type"
+_EXPLICIT = "decoder_id + syndrome_bytes + correction_bytes"
+_FORMS = f"{_IMPLICIT} (an implicit QEC decode) or {_EXPLICIT} (an explicit decode)"
+
+
+def _i32(value: int | IntegerAttr) -> IntegerAttr:
+    return IntegerAttr(value, i32) if isinstance(value, int) else value
+
+
+def _listed(names: Sequence[str]) -> str:
+    return ", ".join(names)
+
+
 @irdl_op_definition
 class DecodeOp(IRDLOperation):
-    """Decode the bit-packed syndrome at ``syndrome`` into the correction mask at ``correction``."""
+    """Decode the syndrome at ``syndrome`` into the correction at ``correction``.
+
+    Implicit form (``tanner`` + ``check_type``) or explicit form (``decoder_id`` +
+    ``syndrome_bytes`` + ``correction_bytes``); see the module docstring.
+    """
 
     name = "bqec.decode"
 
     syndrome = operand_def(PTR)
     correction = operand_def(PTR)
-    tanner = prop_def(TannerAttr)
-    check_type = prop_def(StringAttr)
+    # implicit form
+    tanner = opt_prop_def(TannerAttr)
+    check_type = opt_prop_def(StringAttr)
+    # explicit form (Python names differ so that the int properties below can use the IR names)
+    decoder_id_attr = opt_prop_def(IntegerAttr[I32], prop_name="decoder_id")
+    syndrome_bytes_attr = opt_prop_def(IntegerAttr[I32], prop_name="syndrome_bytes")
+    correction_bytes_attr = opt_prop_def(IntegerAttr[I32], prop_name="correction_bytes")
+    # both forms
     coprocessor = opt_prop_def(StringAttr)
 
     irdl_options = (ParsePropInAttrDict(),)
@@ -162,6 +212,7 @@ class DecodeOp(IRDLOperation):
         check_type: str | StringAttr,
         coprocessor: str | StringAttr | None = None,
     ):
+        """The implicit form; :meth:`explicit` builds the explicit one."""
         # Insertion order is print order: the (long) matrix goes last.
         props: dict[str, Attribute] = {
             "check_type": StringAttr(check_type) if isinstance(check_type, str) else check_type,
@@ -171,16 +222,96 @@ class DecodeOp(IRDLOperation):
         props["tanner"] = tanner
         super().__init__(operands=[syndrome, correction], properties=props)
 
+    @classmethod
+    def explicit(
+        cls,
+        syndrome: SSAValue | Operation,
+        correction: SSAValue | Operation,
+        *,
+        decoder_id: int | IntegerAttr,
+        syndrome_bytes: int | IntegerAttr,
+        correction_bytes: int | IntegerAttr,
+        coprocessor: str | StringAttr | None = None,
+    ) -> DecodeOp:
+        """The explicit form: ``decoder_id`` and the sizes, no matrix."""
+        props: dict[str, Attribute] = {
+            "decoder_id": _i32(decoder_id),
+            "syndrome_bytes": _i32(syndrome_bytes),
+            "correction_bytes": _i32(correction_bytes),
+        }
+        if coprocessor is not None:
+            props["coprocessor"] = StringAttr(coprocessor) if isinstance(coprocessor, str) else coprocessor
+        return cls.create(operands=[SSAValue.get(syndrome), SSAValue.get(correction)], properties=props)
+
+    @property
+    def is_explicit(self) -> bool:
+        """True for the explicit form (``decoder_id`` and sizes, no ``tanner``)."""
+        return self.tanner is None
+
+    def _explicit_value(self, attr: IntegerAttr | None, name: str) -> int:
+        if attr is None:
+            raise ValueError(f"'bqec.decode' has neither tanner + check_type nor {name}; verify the op first")
+        return attr.value.data
+
     @property
     def decoder_id(self) -> int:
-        """The transport decoder_id of ``check_type`` ("x" -> 0, "z" -> 1)."""
-        return DECODER_IDS[self.check_type.data]
+        """The transport decoder_id: ``check_type`` "x" -> 0, "z" -> 1, or the explicit ``decoder_id``."""
+        if self.check_type is not None:
+            return DECODER_IDS[self.check_type.data]
+        return self._explicit_value(self.decoder_id_attr, "decoder_id")
+
+    @property
+    def syndrome_bytes(self) -> int:
+        """Bytes at ``syndrome``: from the Tanner matrix, or the explicit ``syndrome_bytes``."""
+        if self.tanner is not None:
+            return self.tanner.syndrome_bytes
+        return self._explicit_value(self.syndrome_bytes_attr, "syndrome_bytes")
+
+    @property
+    def correction_bytes(self) -> int:
+        """Bytes at ``correction``: from the Tanner matrix, or the explicit ``correction_bytes``."""
+        if self.tanner is not None:
+            return self.tanner.correction_bytes
+        return self._explicit_value(self.correction_bytes_attr, "correction_bytes")
 
     def verify_(self) -> None:
-        if self.check_type.data not in CHECK_TYPES:
+        implicit = [n for n in IMPLICIT_PROPS if n in self.properties]
+        explicit = [n for n in EXPLICIT_PROPS if n in self.properties]
+        if implicit and explicit:
             raise VerifyException(
-                f"'bqec.decode' check_type must be \"x\" or \"z\", got {self.check_type.data!r}"
+                f"'bqec.decode' mixes the two forms: it has {_listed(implicit)} (implicit form) and "
+                f"{_listed(explicit)} (explicit form); give either {_FORMS}, not both"
             )
+        if not implicit and not explicit:
+            raise VerifyException(f"'bqec.decode' needs either {_FORMS}; it has neither")
+        if implicit:
+            missing = [n for n in IMPLICIT_PROPS if n not in implicit]
+            if missing:
+                raise VerifyException(
+                    f"'bqec.decode' has {_listed(implicit)} but is missing {_listed(missing)}; "
+                    f"the implicit form needs {_IMPLICIT} (or give {_EXPLICIT} instead for an explicit decode)"
+                )
+            assert self.check_type is not None
+            if self.check_type.data not in CHECK_TYPES:
+                raise VerifyException(
+                    f"'bqec.decode' check_type must be \"x\" or \"z\", got {self.check_type.data!r}"
+                )
+        else:
+            missing = [n for n in EXPLICIT_PROPS if n not in explicit]
+            if missing:
+                raise VerifyException(
+                    f"'bqec.decode' has {_listed(explicit)} but is missing {_listed(missing)}; "
+                    f"the explicit form needs {_EXPLICIT} (or give {_IMPLICIT} instead for an implicit QEC decode)"
+                )
+            assert self.decoder_id_attr is not None
+            decoder_id = self.decoder_id_attr.value.data
+            if not 0 <= decoder_id < 256:
+                raise VerifyException(f"'bqec.decode' decoder_id must be in [0, 256), got {decoder_id}")
+            for name, attr in (("syndrome_bytes", self.syndrome_bytes_attr),
+                               ("correction_bytes", self.correction_bytes_attr)):
+                assert attr is not None
+                if attr.value.data < 1:
+                    raise VerifyException(f"'bqec.decode' {name} must be positive, got {attr.value.data}")
         if self.coprocessor is not None and not self.coprocessor.data:
             raise VerifyException("'bqec.decode' coprocessor, when given, must be a non-empty node name")
 

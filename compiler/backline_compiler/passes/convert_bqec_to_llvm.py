@@ -13,6 +13,12 @@ with the coprocessor-function signature of ``backline.h`` (``ctx``, ``decoder_id
 ``check_type = "x"`` and 1 for ``"z"``, the lengths the Tanner matrix's packed syndrome and
 correction sizes, ``out_len`` an entry-block ``i32`` slot. The option ``function`` names the
 coprocessor function (default ``bl_fn_steane``); it must be context-free (no init).
+
+Only implicit decodes (``tanner`` + ``check_type``) can be decoded locally. An explicit
+decode (``decoder_id`` + sizes, no matrix; the coprocessor knows its code) left here is an
+error: it can only run on a coprocessor, so give the module a ``backline.placement`` with a
+coprocessor and run ``lower-decode-to-transport`` before this pass. The check comes
+before any rewrite, so a failure leaves the module unchanged.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i32, i64
 from xdsl.ir import Attribute
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.utils.exceptions import PassFailedException
 
 from ..dialects import bqec
 from .llvm_lowering import PTR, STATUS_RECORD, LLVMLowering
@@ -46,16 +53,23 @@ class ConvertBqecToLLVM(ModulePass):
             self.function: ((PTR, i32, PTR, i32, PTR, i32, PTR), i32),
             STATUS_RECORD: ((i32,), i32),
         }
+        decodes = [o for o in op.walk() if isinstance(o, bqec.DecodeOp)]
+        for i, decode in enumerate(decodes):
+            if decode.is_explicit:
+                raise PassFailedException(
+                    f"{self.name}: bqec.decode #{i} is an explicit decode (decoder_id {decode.decoder_id}, no "
+                    "tanner matrix), which can only run on a coprocessor; give the module a backline.placement "
+                    "with a coprocessor and run lower-decode-to-transport first"
+                )
         lo = LLVMLowering(op, runtime, pass_name=self.name,
                           abi="the coprocessor-function ABI (backline/backline.h)")
-        for decode in [o for o in op.walk() if isinstance(o, bqec.DecodeOp)]:
+        for decode in decodes:
             out_len = lo.entry_slot(decode, i32)
             null = lo.null_ptr(decode)
-            tanner = decode.tanner
             rc = lo.call(self.function, [
                 null, lo.constant(decode.decoder_id, i32, decode), decode.syndrome,
-                lo.constant(tanner.syndrome_bytes, i32, decode), decode.correction,
-                lo.constant(tanner.correction_bytes, i32, decode), out_len], decode)
+                lo.constant(decode.syndrome_bytes, i32, decode), decode.correction,
+                lo.constant(decode.correction_bytes, i32, decode), out_len], decode)
             rc.name_hint = "rc"
             zero = lo.constant(0, i32, decode)
             failed = llvm.ICmpOp(rc, zero, IntegerAttr(llvm.ICmpPredicateFlag("ne").to_int(), i64))

@@ -3,19 +3,28 @@
 ::
 
     bqec.decode %syn, %corr {check_type = "z", tanner = #bqec.tanner<MxN, "...">}
+    bqec.decode %syn, %corr {decoder_id = D : i32, syndrome_bytes = S : i32, correction_bytes = C : i32}
 
-becomes, on the controller session of the chosen coprocessor ``K``::
+become, on the controller session of the chosen coprocessor ``K``::
 
     %s = transport.get_session {key = K} : !transport.session<controller>
-    %len = llvm.mlir.constant(<ceil(M/8)> : i32) : i32          // tanner.syndrome_bytes
-    transport.stage_payload %s, %syn, %len {decoder_id = 1 : i32} : !transport.session<controller>
+    %len = llvm.mlir.constant(<syndrome bytes> : i32) : i32
+    transport.stage_payload %s, %syn, %len {decoder_id = <id> : i32} : !transport.session<controller>
     transport.post %s : !transport.session<controller>
-    %cap = llvm.mlir.constant(<ceil(N/8)> : i32) : i32          // tanner.correction_bytes
+    %cap = llvm.mlir.constant(<correction bytes> : i32) : i32
     %n = transport.collect %s, %corr, %cap : !transport.session<controller> -> i32
 
-``decoder_id`` is 0 for ``check_type = "x"`` and 1 for ``"z"``. The session is found by key
-(``inject-transport-session`` brings it up in ``@backline_setup``), so the round may sit in
-any function.
+The ids and sizes are the op's (:attr:`DecodeOp.decoder_id`, ``.syndrome_bytes``,
+``.correction_bytes``), whichever form it has:
+
+* implicit (``tanner`` + ``check_type``): ``decoder_id`` is 0 for ``check_type = "x"`` and 1
+  for ``"z"``; the lengths are ``ceil(M/8)`` and ``ceil(N/8)`` (``tanner.syndrome_bytes``,
+  ``tanner.correction_bytes``);
+* explicit (``decoder_id`` + ``syndrome_bytes`` + ``correction_bytes``): ``D``, ``S`` and ``C``
+  as written.
+
+The session is found by key (``inject-transport-session`` brings it up in
+``@backline_setup``), so the round may sit in any function.
 
 Choosing ``K``:
 
@@ -28,12 +37,15 @@ Choosing ``K``:
     to coprocessor ``i mod count``, in the placement's order. Pinning one decode therefore
     does not move the others;
   - ``by-check-type``: ``"x"`` decodes go to the placement's first coprocessor, ``"z"``
-    decodes to its second; an error if a decode needs it and the placement has fewer than
-    two coprocessors.
+    decodes to its second; explicit decodes likewise by ``decoder_id``: 0 to the first, 1 to
+    the second, and any other id is an error (name the coprocessor on the op, or use
+    ``round-robin``). An error too if a decode needs this policy and the placement has fewer
+    than two coprocessors.
 
 No-op -- the module is left unchanged and decodes stay local -- when the module has no
 ``backline.placement`` attribute or the placement has no coprocessors, so one program
-compiles with and without Backline.
+compiles with and without Backline. (An explicit decode left local then fails in
+``convert-bqec-to-llvm``, which needs the Tanner matrix.)
 """
 
 from __future__ import annotations
@@ -64,10 +76,9 @@ def _names(placement: Placement) -> str:
 
 
 def _round(key: str, decode: bqec.DecodeOp) -> list[Operation]:
-    tanner = decode.tanner
     session = t.GetSessionOp(t.CONTROLLER, key)
-    length = llvm.ConstantOp(IntegerAttr(tanner.syndrome_bytes, i32), i32)
-    capacity = llvm.ConstantOp(IntegerAttr(tanner.correction_bytes, i32), i32)
+    length = llvm.ConstantOp(IntegerAttr(decode.syndrome_bytes, i32), i32)
+    capacity = llvm.ConstantOp(IntegerAttr(decode.correction_bytes, i32), i32)
     s = session.session
     return [
         session,
@@ -83,8 +94,8 @@ def _round(key: str, decode: bqec.DecodeOp) -> list[Operation]:
 class LowerDecodeToTransport(ModulePass):
     """Each bqec.decode becomes a transport round on a coprocessor (see the module docstring).
 
-    Option ``policy``: ``round-robin`` (default) or ``by-check-type``, for decodes that do
-    not name their coprocessor.
+    Option ``policy``: ``round-robin`` (default) or ``by-check-type`` (by check type, or by
+    decoder_id for explicit decodes), for decodes that do not name their coprocessor.
     """
 
     name = "lower-decode-to-transport"
@@ -115,15 +126,30 @@ class LowerDecodeToTransport(ModulePass):
             elif self.policy == ROUND_ROBIN:
                 key = names[i % len(names)]
             else:
-                if len(names) < 2:
-                    raise PassFailedException(
-                        f"{self.name}: policy by-check-type sends x decodes to the first coprocessor and z decodes "
-                        f"to the second, but the placement has only {len(names)} ({_names(placement)}); add a "
-                        "coprocessor, use policy=round-robin, or name the coprocessor on each bqec.decode"
-                    )
-                key = names[0] if decode.check_type.data == "x" else names[1]
+                key = self._by_check_type(i, decode, names, placement)
             keys.append(key)
 
         for decode, key in zip(decodes, keys):
             Rewriter.insert_op(_round(key, decode), InsertPoint.before(decode))
             Rewriter.erase_op(decode)
+
+    def _by_check_type(self, i: int, decode: bqec.DecodeOp, names: list[str], placement: Placement) -> str:
+        """Policy by-check-type: x (decoder_id 0) to the first coprocessor, z (decoder_id 1) to the second."""
+        if decode.is_explicit:
+            decoder_id = decode.decoder_id
+            if decoder_id not in (0, 1):
+                raise PassFailedException(
+                    f"{self.name}: bqec.decode #{i} is an explicit decode with decoder_id {decoder_id}, but policy "
+                    "by-check-type routes only decoder_id 0 (to the first coprocessor) and 1 (to the second); "
+                    "name the coprocessor on the op (coprocessor = \"...\") or use policy=round-robin"
+                )
+            routes = "decoder_id 0 to the first coprocessor and decoder_id 1"
+        else:
+            routes = "x decodes to the first coprocessor and z decodes"
+        if len(names) < 2:
+            raise PassFailedException(
+                f"{self.name}: policy by-check-type sends {routes} to the second, but the placement has only "
+                f"{len(names)} ({_names(placement)}); add a coprocessor, use policy=round-robin, or name the "
+                "coprocessor on each bqec.decode"
+            )
+        return names[decode.decoder_id]

@@ -1,0 +1,15 @@
+// RUN: backline-opt %s -p "lower-decode-to-transport{policy=by-check-type}" --verify-diagnostics | filecheck %s
+// RUN: ! backline-opt %s -p "lower-decode-to-transport{policy=by-check-type}" > /dev/null
+// The default policy, round-robin, takes any decoder_id.
+// RUN: backline-opt %s -p lower-decode-to-transport | filecheck %s --check-prefix=RR
+
+// CHECK: lower-decode-to-transport: bqec.decode #1 is an explicit decode with decoder_id 2, but policy by-check-type routes only decoder_id 0 (to the first coprocessor) and 1 (to the second); name the coprocessor on the op (coprocessor = "...") or use policy=round-robin
+// RR: transport.stage_payload {{.*}} {decoder_id = 0 : i32}
+// RR: transport.stage_payload {{.*}} {decoder_id = 2 : i32}
+module attributes {backline.placement = #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "xdec", hardware = "cpu", coprocessor_fn = "steane">, #transport.node<name = "zdec", hardware = "cpu", coprocessor_fn = "steane">]>} {
+  func.func @f(%syn: !llvm.ptr, %corr: !llvm.ptr) {
+    bqec.decode %syn, %corr {decoder_id = 0 : i32, syndrome_bytes = 1 : i32, correction_bytes = 1 : i32}
+    bqec.decode %syn, %corr {decoder_id = 2 : i32, syndrome_bytes = 1 : i32, correction_bytes = 1 : i32}
+    func.return
+  }
+}

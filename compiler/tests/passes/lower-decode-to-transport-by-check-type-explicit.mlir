@@ -1,0 +1,27 @@
+// RUN: backline-opt %s -p "lower-decode-to-transport{policy=by-check-type}" | filecheck %s
+
+// policy=by-check-type routes explicit decodes by decoder_id: 0 to the first coprocessor
+// (as x decodes), 1 to the second (as z decodes). A decode naming its coprocessor may carry
+// any decoder_id.
+
+module attributes {backline.placement = #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "xdec", hardware = "cpu", coprocessor_fn = "steane">, #transport.node<name = "zdec", hardware = "cpu", coprocessor_fn = "steane">]>} {
+  func.func @f(%syn: !llvm.ptr, %corr: !llvm.ptr) {
+    // CHECK:      transport.get_session {key = "zdec"}
+    // CHECK-NEXT: llvm.mlir.constant(3 : i32)
+    // CHECK-NEXT: transport.stage_payload {{.*}} {decoder_id = 1 : i32}
+    // CHECK:      llvm.mlir.constant(4 : i32)
+    // CHECK-NEXT: transport.collect
+    bqec.decode %syn, %corr {decoder_id = 1 : i32, syndrome_bytes = 3 : i32, correction_bytes = 4 : i32}
+    // CHECK:      transport.get_session {key = "xdec"}
+    // CHECK:      transport.stage_payload {{.*}} {decoder_id = 0 : i32}
+    bqec.decode %syn, %corr {decoder_id = 0 : i32, syndrome_bytes = 3 : i32, correction_bytes = 4 : i32}
+    // CHECK:      transport.get_session {key = "zdec"}
+    // CHECK:      transport.stage_payload {{.*}} {decoder_id = 1 : i32}
+    bqec.decode %syn, %corr {check_type = "z", tanner = #bqec.tanner<3x7, "787315">}
+    // CHECK:      transport.get_session {key = "zdec"}
+    // CHECK:      transport.stage_payload {{.*}} {decoder_id = 5 : i32}
+    bqec.decode %syn, %corr {decoder_id = 5 : i32, syndrome_bytes = 3 : i32, correction_bytes = 4 : i32, coprocessor = "zdec"}
+    func.return
+  }
+  // CHECK-NOT: bqec.decode
+}
