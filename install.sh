@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv and install Backline: the core, then the plugins, which are built against
 # the installed core's header (hence --no-build-isolation).
-#   ./install.sh          everything needed to run (core, memcpy transport, BP+OSD decoder, compiler,
-#                         stim device)
-#   ./install.sh --dev    plus what the test suite needs (pytest, ldpc, stim/sinter, CPU torch + triton)
+install.sh          everything needed to run (core, memcpy transport, BP+OSD decoder, compiler,/install.sh          everything needed to run (core, memcpy transport, BP+OSD decoder, compiler,
+install.sh          everything needed to run (core, memcpy transport, BP+OSD decoder, compiler,                     stim device)
+install.sh          everything needed to run (core, memcpy transport, BP+OSD decoder, compiler,/install.sh --dev    plus what the test suite needs (pytest, ldpc, stim/sinter, CPU torch + triton)
 set -euo pipefail
 cd "$(dirname "$0")"
 dev=0
@@ -17,7 +17,7 @@ python3 -m venv .venv
 if [ "$dev" = 1 ]; then
   .venv/bin/pip install -e '.[plot,test]'
   .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e 'plugins/decoder-bpod[test,sinter]'
-  .venv/bin/pip install -e 'compiler[test]'
+  .venv/bin/pip install -e 'compiler[frontend,test]'
   .venv/bin/pip install -e plugins/device-stim
   # The CPU build of torch (pinned: newer releases pull a multi-GB CUDA build); Triton
   # kernels are tested under TRITON_INTERPRET=1 on CPU tensors.
@@ -25,6 +25,6 @@ if [ "$dev" = 1 ]; then
 else
   .venv/bin/pip install -e '.[plot]'
   .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e plugins/decoder-bpod
-  .venv/bin/pip install -e compiler
+  .venv/bin/pip install -e 'compiler[frontend]'
   .venv/bin/pip install -e plugins/device-stim
 fi

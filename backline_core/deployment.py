@@ -93,7 +93,7 @@ class CoprocessorProcess:
             self.proc.wait(10)
 
 
-def _function_spec(fn: object) -> str:
+def function_spec(fn: object) -> str:
     """How a serve process is told a coprocessor function on its command line: a decoder
     name or ``module:function`` followed by ``@id,id``, or a native function as JSON."""
     function = resolve_function(fn)
@@ -134,7 +134,7 @@ class Deployment:
             )
         if node.init_args.get("locality") == "process":
             self.processes[node.name] = CoprocessorProcess(
-                self.placement.transport, node.name, [_function_spec(node.coprocessor_fn)],
+                self.placement.transport, node.name, [function_spec(node.coprocessor_fn)],
                 node.config_string(), node.hardware)
         else:
             self.coprocessor_sessions[node.name] = Session.open(

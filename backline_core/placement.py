@@ -237,7 +237,14 @@ class Node:
 
 @dataclass(frozen=True, kw_only=True)
 class Controller(Node):
-    """The node that runs the quantum program and posts syndromes to coprocessors."""
+    """The node that runs the quantum program and posts syndromes to coprocessors.
+
+    ``device`` is the quantum device it drives (a PennyLane device such as
+    ``qml.device("null.qubit", wires=3)``; ``backline_compiler.Backline`` takes its wires and
+    runtime from it). It is not part of the serialized placement.
+    """
+
+    device: Any = field(default=None, compare=False, hash=False)
 
     _ROLE = "controller"
 

@@ -1,0 +1,162 @@
+"""``Backline``: a PennyLane device that carries a placement and runs compiled QNodes.
+
+A QNode is written exactly as for the controller's quantum device; ``Backline`` adds where
+the decodes run (the coprocessors), how rounds travel (the transport) and, with
+``qec_code="steane"``, the encoding of every logical gate with a correction round.
+
+>>> >>> from backline_compiler import Backline
+>>> from backline_core import Controller
+>>> dev = Backline(controller=Controller(device=qml.device("null.qubit", wires=3)))
+>>> dev.wires.tolist(), dev.quantum_device
+([0, 1, 2], 'null')
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from pennylane.devices import Device, ExecutionConfig
+from pennylane.exceptions import DeviceError
+
+from backline_core import Controller, Coprocessor, Placement, plugins
+from backline_core.errors import PlacementError
+
+#: PennyLane device name -> the ``backline.devices`` plugin that executes its operations.
+QUANTUM_DEVICES = {"null.qubit": "null", "default.clifford": "stim"}
+QEC_CODES = ("steane",)
+POLICIES = ("round-robin", "by-check-type")
+
+
+def _quantum_device(device: Any) -> str:
+    if device is None:
+        raise PlacementError("Backline: the controller has no quantum device; give "
+                             "Controller(device=qml.device('null.qubit', wires=N)) (or 'default.clifford' for stim)")
+    name = getattr(device, "name", None)
+    plugin = QUANTUM_DEVICES.get(name)
+    if plugin is None:
+        raise PlacementError(f"Backline: the controller's device {name!r} has no Backline runtime; supported: "
+                             + ", ".join(f"{k} (runs on the {v!r} device plugin)" for k, v in QUANTUM_DEVICES.items()))
+    if plugin not in plugins.names("device"):
+        raise PlacementError(f"Backline: {name!r} runs on the {plugin!r} device plugin, which is not installed "
+                             f"(installed: {', '.join(plugins.names('device'))}); pip install backline-device-{plugin}")
+    if device.wires is None:
+        raise PlacementError(f"Backline: the controller's device {name!r} needs wires=N")
+    return plugin
+
+
+class Backline(Device):
+    """A PennyLane device for programs compiled by :func:`~backline_compiler.qjit`.
+
+    Args:
+        controller: the controller node; its ``device`` (a PennyLane device) gives the wires
+            and the quantum runtime (``null.qubit`` -> ``null``, ``default.clifford`` -> ``stim``).
+        coprocessors: the nodes decodes run on (none: implicit decodes stay local).
+        transport: the transport plugin joining them (``"memcpy"`` here, ``"rdma"`` on a cluster).
+        qec_code: ``"steane"`` encodes every logical gate with a correction round; ``None`` runs
+            the circuit as written.
+        noise: physical error rate of a depolarizing noise model (``inject-noise``), 0 for none.
+        apply_correction: with ``qec_code``, apply the decoders' corrections (False: decode but
+            do not correct, a baseline).
+        policy: how implicit decodes choose a coprocessor (``round-robin`` or ``by-check-type``).
+        seed: seed of the quantum device's randomness (each run draws the next seed).
+    """
+
+    name = "backline"
+
+    def __init__(self, *, controller: Controller, coprocessors: Sequence[Coprocessor] = (),
+                 transport: str = "memcpy", qec_code: str | None = None, noise: float = 0.0,
+                 apply_correction: bool = True, policy: str = "round-robin", seed: int | None = None) -> None:
+        if not isinstance(controller, Controller):
+            raise PlacementError(f"Backline: controller must be a backline_core.Controller, not {controller!r}")
+        if qec_code is not None and qec_code not in QEC_CODES:
+            raise PlacementError(f"Backline: unknown qec_code {qec_code!r}; choose one of {', '.join(QEC_CODES)} "
+                                 "or None")
+        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0.0 <= noise <= 1.0:
+            raise PlacementError(f"Backline: noise={noise!r} must be a probability in [0, 1]")
+        if policy not in POLICIES:
+            raise PlacementError(f"Backline: unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+        self.quantum_device = _quantum_device(controller.device)
+        if noise and self.quantum_device == "null":
+            raise PlacementError("Backline: noise needs a simulating device; null.qubit ignores noise "
+                                 "(use default.clifford, which runs on stim)")
+        super().__init__(wires=controller.device.wires)
+        self.placement = Placement(controller=controller, coprocessors=list(coprocessors), transport=transport,
+                                   qec_code=qec_code)
+        self.qec_code = qec_code
+        self.noise = float(noise)
+        self.apply_correction = bool(apply_correction)
+        self.policy = policy
+        self._seeds = np.random.default_rng(seed)
+        self._programs: dict[Any, Any] = {}
+
+    def __repr__(self) -> str:
+        cops = ", ".join(n.name for n in self.placement.coprocessors) or "none"
+        return (f"<Backline device (wires={len(self.wires)}, runtime={self.quantum_device!r}, "
+                f"transport={self.placement.transport!r}, coprocessors: {cops}, qec_code={self.qec_code!r})>")
+
+    def next_seed(self) -> int:
+        return int(self._seeds.integers(0, 2**31 - 1))
+
+    # runs -----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def deployment(self) -> Iterator[None]:
+        """Start the coprocessors that live in their own process for one run."""
+        from backline_core.deployment import CoprocessorProcess, function_spec
+
+        procs = []
+        try:
+            for node in self.placement.coprocessors:
+                if node.dispatched:
+                    raise PlacementError(f"coprocessor {node.name!r} is remote; start it on its machine (executors "
+                                         "are not part of this release)")
+                if node.init_args.get("locality") == "process":
+                    procs.append(CoprocessorProcess(self.placement.transport, node.name,
+                                                    [function_spec(node.coprocessor_fn)], node.config_string(),
+                                                    node.hardware))
+            yield
+        finally:
+            for p in procs:
+                p.terminate()
+
+    def attach_rtt_logs(self, capacity: int) -> dict[str, Any]:
+        """Record the RTT of every round on each coprocessor's controller session."""
+        from backline_core.session import RoundTripLog
+
+        return {n.name: RoundTripLog.attach(n.name, min(capacity, 50_000_000)) for n in self.placement.coprocessors}
+
+    def compiled(self, jaxpr: Any, consts: Sequence[Any], arg_avals: Sequence[Any], *,
+                 keep_intermediate: str | None = None) -> Any:
+        """The compiled program of a QNode's jaxpr (compiled once per jaxpr)."""
+        from .program import CompiledQNode
+
+        key = (id(jaxpr), tuple((tuple(a.shape), str(a.dtype)) for a in arg_avals),
+               tuple(np.asarray(c).tobytes() for c in consts))
+        program = self._programs.get(key)
+        if program is None:
+            program = CompiledQNode(self, jaxpr, consts, arg_avals, keep_intermediate=keep_intermediate)
+            self._programs[key] = (program, jaxpr)  # keep the jaxpr alive: its id is the key
+            return program
+        return program[0]
+
+    # PennyLane's device interface ---------------------------------------------------------
+    def execute(self, circuits: Any, execution_config: ExecutionConfig | None = None) -> Any:
+        raise DeviceError(
+            "Backline runs compiled programs only: decorate the QNode with backline_compiler.qjit (or enable "
+            "program capture with qml.capture.enable()); tapes are not executed"
+        )
+
+    def eval_jaxpr(self, jaxpr: Any, consts: list[Any], *args: Any, execution_config: ExecutionConfig | None = None,
+                   shots: Any = None) -> list[Any]:
+        """Compile and run a QNode's jaxpr (program capture without ``qjit``)."""
+        total = getattr(shots, "total_shots", shots)
+        if not total:
+            raise DeviceError("Backline executes shot by shot: set shots with qml.set_shots(N)")
+        import jax
+
+        avals = [jax.core.get_aval(a) for a in args]
+        return self.compiled(jaxpr, consts, avals).run(total, args)
+
+

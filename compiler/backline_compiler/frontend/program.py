@@ -1,0 +1,170 @@
+"""A QNode compiled for a Backline device: IR, pass pipeline, JIT, and shot-by-shot runs."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from backline_core import errors
+from backline_core.device import QuantumDevice
+from backline_core.native import last_error
+
+from .. import codegen, pipeline
+from ..dialects import bqec
+from . import capture, results
+from .decode import lower_decode
+from .runtime_call import lower_runtime_call
+
+LOWER = "convert-bqec-to-llvm,convert-quantum-to-llvm,convert-transport-to-llvm"
+
+
+@dataclass
+class RunStats:
+    """What one run of a compiled QNode measured."""
+
+    shots: int
+    seconds: float                                   # the compiled shot loop alone
+    rtt_ns: dict[str, np.ndarray] = field(default_factory=dict)  # coprocessor -> RTT of each round
+    rounds: dict[str, int] = field(default_factory=dict)         # coprocessor -> rounds (incl. not stored)
+
+    @property
+    def us_per_shot(self) -> float:
+        return 1e6 * self.seconds / max(self.shots, 1)
+
+    def rtt_summary(self) -> dict[str, dict[str, float]]:
+        """Per coprocessor: rounds, and median / mean / P99 / max RTT in microseconds."""
+        out = {}
+        for key, rtt in self.rtt_ns.items():
+            if len(rtt):
+                us = rtt / 1e3
+                out[key] = {"rounds": self.rounds.get(key, len(rtt)), "median_us": float(np.median(us)),
+                            "mean_us": float(np.mean(us)), "p99_us": float(np.percentile(us, 99)),
+                            "max_us": float(np.max(us))}
+            else:
+                out[key] = {"rounds": self.rounds.get(key, 0)}
+        return out
+
+
+class CompiledQNode:
+    """One QNode's jaxpr compiled for a :class:`~backline_compiler.Backline` device."""
+
+    def __init__(self, device: Any, jaxpr: Any, consts: Sequence[Any], arg_avals: Sequence[Any], *,
+                 keep_intermediate: str | None = None) -> None:
+        self.device = device
+        self.timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        placement = device.placement
+        extensions = {"backline_decode": lower_decode(placement if placement.coprocessors else None),
+                      "backline_runtime_call": lower_runtime_call}
+        self.translation = capture.qnode_to_ir(
+            jaxpr, [capture.to_python(c) for c in consts], arg_avals, num_wires=len(device.wires),
+            unroll_loops=device.qec_code is not None, extensions=extensions)
+        attrs = ""
+        if placement.coprocessors:
+            attrs = f" attributes {{backline.placement = {placement.to_attribute()}}}"
+        self.mlir = f"builtin.module{attrs} {{\n{self.translation.text}\n}}\n"
+        t1 = time.perf_counter()
+        self.timings["capture_to_ir_s"] = t1 - t0
+        if keep_intermediate:
+            os.makedirs(keep_intermediate, exist_ok=True)
+            with open(os.path.join(keep_intermediate, "frontend.mlir"), "w") as fh:
+                fh.write(self.mlir)
+        module = pipeline.parse(self.mlir)
+        encode = []
+        if device.qec_code == "steane":
+            encode.append(f"encode-steane{{apply-correction={'true' if device.apply_correction else 'false'}}}")
+        if device.noise:
+            encode.append(f"inject-noise{{p={float(device.noise)!r}}}")
+        stages = [",".join(encode)] if encode else []
+        if placement.coprocessors:
+            stages.append(None)  # the transport stage: message sizes are known once QEC has run
+        stages.append(LOWER)
+        specs = []
+        for spec in stages:
+            if spec is None:
+                in_b, out_b = _message_sizes(module)
+                spec = (f"inject-transport-session{{in-bytes={in_b} out-bytes={out_b}}},"
+                        f"lower-decode-to-transport{{policy={device.policy}}}")
+            specs.append(spec)
+            pipeline.run(module, spec, keep_intermediate=keep_intermediate and os.path.join(keep_intermediate,
+                                                                                              f"stage{len(specs)}"))
+        self.pipeline = ",".join(specs)
+        t2 = time.perf_counter()
+        self.timings["passes_s"] = t2 - t1
+        self.program = codegen.JitProgram(module, libraries=self.translation.libraries,
+                                          keep_intermediate=keep_intermediate)
+        self.timings["llvm_jit_s"] = time.perf_counter() - t2
+        self.timings["compile_s"] = time.perf_counter() - t0
+        self._run = self.program.function("qnode", "int32", "ptr", "int64", "ptr", "ptr")
+        self._setup = self._teardown = None
+        if placement.coprocessors:
+            self._setup = self.program.function("backline_setup", "int32")
+            self._teardown = self.program.function("backline_teardown", "int32")
+        self.physical_qubits = (7 * max(self.translation.wires_used, 1) + 3 if device.qec_code == "steane"
+                                else len(device.wires))
+        self.rounds_per_shot = sum(1 for op in module.walk()
+                                   if op.name == "llvm.call" and "bl_collect" in str(op.attributes.get("callee")))
+        self.last_run: RunStats | None = None
+
+    def run(self, shots: int, args: Sequence[Any]) -> list[Any]:
+        """Run ``shots`` shots with the QNode's arguments; returns its measurement results."""
+        if not isinstance(shots, (int, np.integer)) or shots <= 0:
+            raise ValueError(f"shots must be a positive int, got {shots!r}; set them with qml.set_shots")
+        shots = int(shots)
+        t = self.translation
+        argbuf = np.zeros(max(t.num_args, 1), dtype=np.int64)
+        flat = [np.asarray(a).ravel() for a in args]
+        values = np.concatenate(flat) if flat else np.zeros(0)
+        if len(values) != t.num_args:  # pragma: no cover - the trace fixes the argument layout
+            raise ValueError(f"expected {t.num_args} argument values, got {len(values)}")
+        for k, (v, kind) in enumerate(zip(values, t.arg_kinds)):
+            if kind == "f":
+                argbuf[k:k + 1].view(np.float64)[0] = float(v)
+            else:
+                argbuf[k] = int(v)
+        out = np.full((shots, max(t.width, 1)), -1, dtype=np.int32)
+        dev = self.device
+        stats = RunStats(shots=shots, seconds=0.0)
+        with dev.deployment(), QuantumDevice.open(dev.quantum_device, self.physical_qubits,
+                                                  seed=dev.next_seed()) as qdev:
+            logs = {}
+            if self._setup is not None:
+                _check(self._setup(), "bringing up the placement's sessions (backline_setup)")
+            try:
+                logs = dev.attach_rtt_logs(max(self.rounds_per_shot, 1) * shots)
+                t0 = time.perf_counter()
+                status = self._run(qdev.handle, shots, out.ctypes.data, argbuf.ctypes.data)
+                stats.seconds = time.perf_counter() - t0
+            finally:
+                for key, log in logs.items():
+                    log.close()
+                    stats.rtt_ns[key] = log.rtt_ns()
+                    stats.rounds[key] = log.rounds
+                if self._teardown is not None:
+                    teardown = self._teardown()
+            _check(status, "running the compiled QNode")
+            if self._teardown is not None:
+                _check(teardown, "tearing down the placement's sessions (backline_teardown)")
+        self.last_run = stats
+        return results.reduce_all(t.measurements, out[:, : t.width], len(dev.wires))
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        raise errors.from_status(status, f"{what}: {last_error() or 'failed'}")
+
+
+def _message_sizes(module: Any) -> tuple[int, int]:
+    """The largest syndrome and correction of the module's decodes (8 and 8 when it has none)."""
+    in_b, out_b = 1, 1
+    found = False
+    for op in module.walk():
+        if isinstance(op, bqec.DecodeOp):
+            found = True
+            in_b, out_b = max(in_b, op.syndrome_bytes), max(out_b, op.correction_bytes)
+    return (in_b, out_b) if found else (8, 8)
