@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv and install Backline: the core, then the plugins, which are built against
 # the installed core's header (hence --no-build-isolation).
-install.sh          everything needed to run (core, memcpy transport, BP+OSD decoder, compiler,/install.sh          everything needed to run (core, memcpy transport, BP+OSD decoder, compiler,
-install.sh          everything needed to run (core, memcpy transport, BP+OSD decoder, compiler,                     stim device)
-install.sh          everything needed to run (core, memcpy transport, BP+OSD decoder, compiler,/install.sh --dev    plus what the test suite needs (pytest, ldpc, stim/sinter, CPU torch + triton)
+#   ./install.sh          everything needed to run (core, memcpy transport, BP+OSD decoder, compiler with
+#                         its PennyLane frontend, stim device)
+#   ./install.sh --dev    plus what the test suite needs (pytest, ldpc, stim/sinter, CPU torch + triton)
 set -euo pipefail
 cd "$(dirname "$0")"
 dev=0
