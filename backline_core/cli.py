@@ -3,6 +3,7 @@
     backline plugins                      list installed plugins and load errors
     backline bench [options]              round-trip benchmark against the bare floor
     backline coprocessor serve --key K    serve a coprocessor over a transport until signalled
+    backline demo ghz [options]           the paper's Listing 3 (needs backline-compiler[frontend])
 """
 
 from __future__ import annotations
@@ -110,6 +111,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    import importlib
+
+    try:
+        demos = importlib.import_module("backline_compiler.demos")
+    except ImportError as exc:
+        print(f"backline demo: the demos live in backline-compiler ({exc}); install it with its frontend: "
+              "pip install 'backline-compiler[frontend]'", file=sys.stderr)
+        return 2
+    module = demos.DEMOS.get(args.name)
+    if module is None:
+        print(f"backline demo: unknown demo {args.name!r}; available: {', '.join(demos.DEMOS)}", file=sys.stderr)
+        return 2
+    return importlib.import_module(f"backline_compiler.demos.{module}").main(args.demo_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="backline", description="Backline: real-time QEC rounds between a controller and coprocessors.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -161,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", default="", help="k=v;k=v (locality defaults to process)")
     s.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     s.set_defaults(func=_cmd_serve)
+
+    d = sub.add_parser("demo", help="run a demonstration (backline demo ghz --help)", add_help=False)
+    d.add_argument("name", help="the demo: ghz")
+    d.add_argument("demo_args", nargs=argparse.REMAINDER, help="the demo's own options")
+    d.set_defaults(func=_cmd_demo)
     return parser
 
 

@@ -1,0 +1,1 @@
+../compiler/backline_compiler/demos/ghz_steane.py
