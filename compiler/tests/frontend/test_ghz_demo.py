@@ -41,13 +41,15 @@ def test_correction_lowers_the_logical_error_rate(corrected: demo.Outcome) -> No
     assert corrected.rtt["steane-decoder"]["rounds"] == SHOTS * 13
 
 
-@pytest.mark.parametrize("placement", ["bposd", "process"])
+@pytest.mark.parametrize("placement", ["bposd", "process", "local"])
 def test_only_the_placement_changes(corrected: demo.Outcome, placement: str) -> None:
     if placement == "bposd":
         pytest.importorskip("backline_decoder_bpod")
         dev = demo.device("default.clifford", coprocessor_fn=demo.steane_bposd(), noise=P, seed=SEED)
-    else:
+    elif placement == "process":
         dev = demo.device("default.clifford", locality="process", noise=P, seed=SEED)
+    else:  # no placement: the encoded program decodes in the controller
+        dev = demo.device("default.clifford", coprocessor_fn=None, noise=P, seed=SEED)
     out = demo.run(dev, SHOTS)
     np.testing.assert_array_equal(out.samples, corrected.samples)
 
