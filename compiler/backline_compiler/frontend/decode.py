@@ -75,8 +75,8 @@ def choose_coprocessor(placement: Placement, coprocessor: str | None) -> str:
                               "and none was chosen; pass coprocessor=<name>")
         return names[0]
     if coprocessor not in names:
-        raise DecodeError(f"decode(coprocessor={coprocessor!r}): no such coprocessor; this Backline device has "
-                          f"{', '.join(names)}")
+        raise DecodeError(f"decode(coprocessor={coprocessor!r}): no such coprocessor; pass one of this Backline "
+                          f"device's coprocessors: {', '.join(map(repr, names))}")
     return coprocessor
 
 
@@ -93,7 +93,7 @@ def reply_bits(placement: Placement, key: str, decoder_id: int) -> int:
     fn = resolve_function(placement.coprocessor(key).coprocessor_fn)
     if decoder_id not in fn.decoder_ids:
         raise DecodeError(f"decode(decoder_id={decoder_id}): coprocessor {key!r} runs {fn.name!r}, which is bound "
-                          f"to decoder_ids {list(fn.decoder_ids)}")
+                          f"to decoder_ids {list(fn.decoder_ids)}; pass one of those")
     bits = getattr(fn, "reply_bits", None)
     if bits is None:
         raise DecodeError(f"decode(): the function {fn.name!r} of coprocessor {key!r} does not say how wide its "
@@ -116,6 +116,9 @@ def decode(syndrome: Any, *, coprocessor: str | None = None, decoder_id: int = 0
         raise DecodeError(f"decode(decoder_id={decoder_id!r}): decoder_id must be an int in [0, 256)")
     if coprocessor is not None and (not isinstance(coprocessor, str) or not coprocessor):
         raise DecodeError(f"decode(coprocessor={coprocessor!r}): give the coprocessor's name")
+    if correction_bits is not None and (not isinstance(correction_bits, int) or isinstance(correction_bits, bool)
+                                        or correction_bits <= 0):
+        raise DecodeError(f"decode(correction_bits={correction_bits!r}): must be a positive int")
     device = _tracing.get()
     leaves = jax.tree_util.tree_leaves(syndrome)
     traced = any(isinstance(x, jax.core.Tracer) for x in leaves)
@@ -126,8 +129,11 @@ def decode(syndrome: Any, *, coprocessor: str | None = None, decoder_id: int = 0
         if correction_bits is None:
             correction_bits = reply_bits(device.placement, key, decoder_id)
     if correction_bits is None:
-        raise DecodeError("decode(): the correction width is unknown here (the QNode is traced inside another "
-                          "function); pass correction_bits=<number of bits>, or qjit the QNode itself")
+        raise DecodeError("decode(): no Backline device is being compiled here (the QNode's device is not a "
+                          "Backline device, or the QNode is traced outside backline_compiler.qjit), so the correction "
+                          "width is unknown. decode() runs only in a QNode on a backline_compiler.Backline device: "
+                          "compile that QNode with backline_compiler.qjit (or, under plain program capture, pass "
+                          "correction_bits=<number of bits>)")
     if not isinstance(correction_bits, int) or isinstance(correction_bits, bool) or correction_bits <= 0:
         raise DecodeError(f"decode(correction_bits={correction_bits!r}): must be a positive int")
     bits = jnp.ravel(jnp.asarray(syndrome)).astype(jnp.int32)

@@ -31,6 +31,10 @@ class Val:
 Scalar = bool | int | float | Val
 
 
+class IRTypeError(TypeError):
+    """A value used where its type cannot go (the frontend reports it as a CaptureError)."""
+
+
 def ir_type(ty: str) -> str:
     return "!llvm.ptr" if ty == "ptr" else ty
 
@@ -107,10 +111,14 @@ class FunctionWriter:
         return self.convert(x, ty)
 
     def convert(self, x: Val, ty: str, *, signed: bool = True) -> Val:
+        """``x`` as ``ty``: integers are sign- (``signed``) or zero-extended or truncated; an integer
+        becomes a float exactly as C converts it. A float becomes an integer only through
+        :meth:`float_to_int` (this raises :class:`IRTypeError`: an implicit conversion would
+        silently drop the fraction)."""
         if x.ty == ty:
             return x
         if x.ty == "ptr" or ty == "ptr":
-            raise TypeError(f"cannot use a pointer as {ty}" if x.ty == "ptr" else f"cannot use {x.ty} as a pointer")
+            raise IRTypeError(f"cannot use a pointer as {ty}" if x.ty == "ptr" else f"cannot use {x.ty} as a pointer")
         if ty == "i1":
             if x.ty == "f64":
                 zero = self.const(0.0, "f64")
@@ -118,15 +126,32 @@ class FunctionWriter:
             zero = self.const(0, x.ty)
             return self.op("i1", f'llvm.icmp "ne" {x}, {zero} : {x.ty}')
         if ty == "f64":
-            if x.ty == "i1":
-                x = self.convert(x, "i32")
+            if x.ty == "i1" or (not signed and bits(x.ty) < 64):
+                # zero-extend first: sitofp reads its operand as signed (there is no uitofp here)
+                x = self.op("i64", f"llvm.zext {x} : {x.ty} to i64")
             return self.op("f64", f"llvm.sitofp {x} : {x.ty} to f64")
         if x.ty == "f64":
-            raise TypeError("converting a float to an integer is not supported in compiled programs")
+            raise IRTypeError("a float value is used where an integer is needed; convert it explicitly "
+                              "(e.g. jnp.int32(x) or x.astype(int)) first")
         if bits(x.ty) < bits(ty):
             kind = "zext" if (x.ty == "i1" or not signed) else "sext"
             return self.op(ty, f"llvm.{kind} {x} : {x.ty} to {ty}")
         return self.op(ty, f"llvm.trunc {x} : {x.ty} to {ty}")
+
+    def intrinsic(self, name: str, args: list[Val], ty: str) -> Val:
+        """``llvm.call_intrinsic "name"(args)`` returning ``ty``."""
+        types = ", ".join(ir_type(a.ty) for a in args)
+        argv = ", ".join(str(a) for a in args)
+        return self.op(ty, f'llvm.call_intrinsic "{name}"({argv}) : ({types}) -> {ir_type(ty)}')
+
+    def float_to_int(self, x: Val, ty: str, *, signed: bool = True) -> Val:
+        """``f64`` -> integer ``ty`` as jax converts: toward zero, saturating, NaN -> 0 (``i1``: x != 0)."""
+        if x.ty != "f64":
+            raise IRTypeError(f"float_to_int of a {x.ty}")
+        if ty == "i1":
+            return self.convert(x, "i1")
+        kind = "fptosi" if signed else "fptoui"
+        return self.intrinsic(f"llvm.{kind}.sat.{ty}.f64", [x], ty)
 
     # memory -------------------------------------------------------------------------
     def alloca(self, ty: str, count: int) -> Val:

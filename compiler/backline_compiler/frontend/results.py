@@ -10,10 +10,31 @@ import numpy as np
 from .capture import MeasurementRecord
 
 
+def columns(record: MeasurementRecord, raw: np.ndarray) -> np.ndarray:
+    """The record's values per shot (shots x values): ``int64``, or ``float64`` if one is a float.
+    A 64-bit integer or a float takes two columns (the low and the high word of its bits)."""
+    cols = raw[:, record.columns]
+    if all(kind == "int" for kind in record.kinds):
+        return cols.astype(np.int64)
+    dtype = np.float64 if "float" in record.kinds else np.int64
+    out = np.empty((len(raw), len(record.kinds)), dtype=dtype)
+    k = 0
+    for j, kind in enumerate(record.kinds):
+        if kind == "int":
+            out[:, j] = cols[:, k]
+            k += 1
+            continue
+        words = cols[:, k:k + 2].astype(np.uint32).astype(np.uint64)
+        bits = words[:, 0] | (words[:, 1] << np.uint64(32))
+        out[:, j] = bits.view(np.float64) if kind == "float" else bits.view(np.int64)
+        k += 2
+    return out
+
+
 def reduce(record: MeasurementRecord, raw: np.ndarray, num_wires: int) -> jnp.ndarray:
     """The result of one measurement process from ``raw`` (shots x width, int32)."""
     shots = len(raw)
-    cols = raw[:, record.columns]
+    cols = columns(record, raw)
     if record.eigen == "parity":
         values = np.prod(1 - 2 * cols.astype(np.int64), axis=1) if cols.shape[1] else np.ones(shots)
     elif record.eigen == "bits" and record.kind in ("expval", "var"):

@@ -82,6 +82,8 @@ def runtime_declare(symbol: str, signature: str, *, library: str | os.PathLike[s
     text = m.group("params").strip()
     params = tuple(p.strip() for p in text.split(",")) if text else ()
     for i, p in enumerate(params, start=1):
+        if not p:
+            raise SignatureError(f"{where}: parameter {i} is empty; separate the parameter types with single commas")
         if p not in _IR:
             raise SignatureError(f"{where}: unknown parameter type {p!r} (parameter {i}); known: "
                                  f"{', '.join(PARAM_TYPES)}")
@@ -110,7 +112,8 @@ def _impl(*args: Any, **params: Any) -> Any:
 def _jax_dtype(t: str) -> Any:
     if t in ("i64", "u64"):
         if not jax.config.jax_enable_x64:
-            raise SignatureError(f"a {t} result needs 64-bit jax values: jax.config.update('jax_enable_x64', True)")
+            raise SignatureError(f"an {t} result needs 64-bit jax values: jax.config.update('jax_enable_x64', True), "
+                                 "or declare the result as i32/u32")
         return jnp.int64
     return {"i8": jnp.int8, "u8": jnp.uint8, "i16": jnp.int16, "u16": jnp.uint16, "i32": jnp.int32,
             "u32": jnp.uint32, "f64": jnp.float32 if not jax.config.jax_enable_x64 else jnp.float64,
@@ -160,17 +163,53 @@ def runtime_call(function: RuntimeFunction, *args: Any, out_bytes: int | None = 
             arr = jnp.ravel(jnp.asarray(a))
             if arr.shape[0] == 0:
                 raise SignatureError(f"{where}: argument {i} ('buf') is empty")
+            if jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.complexfloating):
+                raise SignatureError(f"{where}: argument {i} ('buf') holds bytes, not {arr.dtype} values; convert "
+                                     "it first, e.g. x.astype(jnp.uint8)")
             static.append(("dynamic", len(dynamic)))
             dynamic.append(arr)
         else:
             if np.ndim(a) != 0:
                 raise SignatureError(f"{where}: argument {i} ({p!r}) must be a scalar, got shape {np.shape(a)}")
+            value = jnp.asarray(a)
+            if p == "ptr" and not isinstance(a, jax.core.Tracer):
+                raise SignatureError(f"{where}: argument {i} is 'ptr' and takes a pointer another runtime_call "
+                                     f"returned, or None, not {a!r}")
+            if p != "f64" and not jnp.issubdtype(value.dtype, jnp.integer) and value.dtype != jnp.bool_:
+                raise SignatureError(f"{where}: argument {i} is {p!r} but a {value.dtype} value was given; convert it "
+                                     "explicitly first, e.g. jnp.int32(x)")
             static.append(("dynamic", len(dynamic)))
-            dynamic.append(jnp.asarray(a))
+            dynamic.append(value)
     out = runtime_call_p.bind(*dynamic, function=function, static=tuple(static), out_bytes=out_bytes)
     if not out:
         return None
     return out[0] if len(out) == 1 else tuple(out)
+
+
+def check_symbol(fn: RuntimeFunction) -> None:
+    """Raise :class:`SignatureError` unless ``fn.symbol`` resolves where the JIT will look for it:
+    ``fn.library``, the core runtime (libbackline) or the process (an unresolved symbol would be
+    called at address 0)."""
+    import ctypes
+
+    from backline_core.native import get_library
+
+    where = f"runtime_call({fn.symbol}: {fn.signature})"
+    if fn.library is not None:
+        try:
+            ctypes.CDLL(fn.library)
+        except OSError as e:
+            raise SignatureError(f"{where}: library {fn.library!r} cannot be loaded: {e}") from None
+    for lib in ([fn.library] if fn.library else []) + [get_library(), None]:  # None: the process
+        try:
+            getattr(ctypes.CDLL(lib), fn.symbol)
+            return
+        except (OSError, AttributeError):
+            continue
+    places = (f"library {fn.library!r}, " if fn.library else "") + "libbackline or this process"
+    hint = "" if fn.library else "; if it lives in a shared library, pass runtime_declare(..., library=PATH)"
+    raise SignatureError(f"{where}: symbol {fn.symbol!r} is not defined in {places} (check its name, e.g. with "
+                         f"nm -D{hint})")
 
 
 def lower_runtime_call(interp: Interpreter, eqn: Any, invals: list[Any]) -> list[Any]:
@@ -180,6 +219,7 @@ def lower_runtime_call(interp: Interpreter, eqn: Any, invals: list[Any]) -> list
     out_bytes = eqn.params["out_bytes"]
     w = interp.w
     where = f"runtime_call({fn.symbol})"
+    check_symbol(fn)
     args: list[Val] = []
     out_buf = None
     visible = iter(static)
@@ -213,7 +253,8 @@ def lower_runtime_call(interp: Interpreter, eqn: Any, invals: list[Any]) -> list
                 scalar = interp.scalar(value, where)
                 if isinstance(scalar, Val) and scalar.ty == "ptr":
                     raise SignatureError(f"{where}: a pointer passed where {p!r} is expected")
-                signed = not p.startswith("u")
+                # extend as C converts: by the signedness of the argument's own type
+                signed = not Interpreter._unsigned(eqn.invars[s[1]].aval.dtype)
                 args.append(w.convert(scalar, _IR[p], signed=signed) if isinstance(scalar, Val)
                             else w.const(scalar, _IR[p]))
     result = "void" if fn.result == "void" else _IR[fn.result]
