@@ -80,6 +80,25 @@ def emit_object(module: ModuleOp, triple: str, *, opt: int = 2, path: str | None
     return data
 
 
+class UnresolvedSymbolError(LookupError):
+    """The module calls a function that nothing it is linked against defines."""
+
+
+def check_resolved(module: ModuleOp, libraries: Sequence[str]) -> None:
+    """Raise :class:`UnresolvedSymbolError` for a declared function no loaded library or the
+    process defines (MCJIT would bind it to address 0 and the first call would crash)."""
+    from xdsl.dialects import llvm as llvm_dialect
+
+    missing = [op.sym_name.data for op in module.ops
+               if isinstance(op, llvm_dialect.FuncOp) and not op.body.blocks
+               and not llvm.address_of_symbol(op.sym_name.data)]
+    if missing:
+        raise UnresolvedSymbolError(
+            f"the compiled module calls {', '.join(missing)}, defined neither in it nor in "
+            f"{', '.join([get_library(), *libraries])} nor in this process; pass the library that defines it"
+        )
+
+
 class JitProgram:
     """A module compiled in this process; external symbols resolve against ``libraries``
     (default: the core's runtime, libbackline) and this process."""
@@ -88,6 +107,9 @@ class JitProgram:
                  keep_intermediate: str | None = None) -> None:
         for lib in (get_library(), *libraries):
             llvm.load_library_permanently(lib)
+        links = module.attributes.get("backline.link_objects")
+        if links is None:  # symbols of linked objects are not known before linking
+            check_resolved(module, libraries)
         ir = to_llvm_ir(module)
         self.ir_module, tm = compile_ir(ir, None, opt)
         if keep_intermediate:
@@ -100,7 +122,6 @@ class JitProgram:
                 fh.write(tm.emit_assembly(self.ir_module))
         self.engine = llvm.create_mcjit_compiler(self.ir_module, tm)
         # objects of in-process targets (cross-compile-targets records them on the module)
-        links = module.attributes.get("backline.link_objects")
         for path in (links.data if links is not None else ()):
             self.engine.add_object_file(path.data)
         self.engine.finalize_object()

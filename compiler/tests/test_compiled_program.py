@@ -106,3 +106,16 @@ def test_compiled_program_reports_the_first_failure() -> None:
     assert status == -3  # BL_ETIMEOUT
     assert "no coprocessor serves key" in last_error()
     assert program.function("backline_teardown", "int32")() == 0
+
+
+def test_an_undefined_external_function_is_refused_before_it_can_be_called() -> None:
+    from backline_compiler import codegen, pipeline
+
+    module = pipeline.parse("""
+    llvm.func @bl_no_such_function(i32) -> i32
+    llvm.func @f(%a: i32) -> i32 {
+      %r = llvm.call @bl_no_such_function(%a) : (i32) -> i32
+      llvm.return %r : i32
+    }""")
+    with pytest.raises(codegen.UnresolvedSymbolError, match="calls bl_no_such_function, defined neither in it"):
+        codegen.JitProgram(module)

@@ -4,7 +4,8 @@ A QNode is written exactly as for the controller's quantum device; ``Backline`` 
 the decodes run (the coprocessors), how rounds travel (the transport) and, with
 ``qec_code="steane"``, the encoding of every logical gate with a correction round.
 
->>> >>> from backline_compiler import Backline
+>>> import pennylane as qml
+>>> from backline_compiler import Backline
 >>> from backline_core import Controller
 >>> dev = Backline(controller=Controller(device=qml.device("null.qubit", wires=3)))
 >>> dev.wires.tolist(), dev.quantum_device
@@ -125,7 +126,7 @@ class Backline(Device):
         """Record the RTT of every round on each coprocessor's controller session."""
         from backline_core.session import RoundTripLog
 
-        return {n.name: RoundTripLog.attach(n.name, min(capacity, 50_000_000)) for n in self.placement.coprocessors}
+        return {n.name: RoundTripLog.attach(n.name, min(capacity, 10_000_000)) for n in self.placement.coprocessors}
 
     def compiled(self, jaxpr: Any, consts: Sequence[Any], arg_avals: Sequence[Any], *,
                  keep_intermediate: str | None = None) -> Any:

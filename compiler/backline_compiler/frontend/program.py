@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from xdsl.dialects import llvm
 
 from backline_core import errors
 from backline_core.device import QuantumDevice
@@ -42,7 +43,8 @@ class RunStats:
         for key, rtt in self.rtt_ns.items():
             if len(rtt):
                 us = rtt / 1e3
-                out[key] = {"rounds": self.rounds.get(key, len(rtt)), "median_us": float(np.median(us)),
+                out[key] = {"rounds": self.rounds.get(key, len(rtt)), "recorded": len(rtt),
+                            "median_us": float(np.median(us)),
                             "mean_us": float(np.mean(us)), "p99_us": float(np.percentile(us, 99)),
                             "max_us": float(np.max(us))}
             else:
@@ -107,8 +109,9 @@ class CompiledQNode:
             self._teardown = self.program.function("backline_teardown", "int32")
         self.physical_qubits = (7 * max(self.translation.wires_used, 1) + 3 if device.qec_code == "steane"
                                 else len(device.wires))
+        # static call sites: a round inside a run-time loop runs more often (the log says how many it dropped)
         self.rounds_per_shot = sum(1 for op in module.walk()
-                                   if op.name == "llvm.call" and "bl_collect" in str(op.attributes.get("callee")))
+                                   if isinstance(op, llvm.CallOp) and op.callee.string_value() == "bl_collect")
         self.last_run: RunStats | None = None
 
     def run(self, shots: int, args: Sequence[Any]) -> list[Any]:
@@ -118,13 +121,14 @@ class CompiledQNode:
         shots = int(shots)
         t = self.translation
         argbuf = np.zeros(max(t.num_args, 1), dtype=np.int64)
-        flat = [np.asarray(a).ravel() for a in args]
-        values = np.concatenate(flat) if flat else np.zeros(0)
+        # element by element, so an int64 argument is never rounded through a float array
+        values = [v for a in args for v in np.asarray(a).ravel().tolist()]
         if len(values) != t.num_args:  # pragma: no cover - the trace fixes the argument layout
             raise ValueError(f"expected {t.num_args} argument values, got {len(values)}")
-        for k, (v, kind) in enumerate(zip(values, t.arg_kinds)):
+        floats = argbuf.view(np.float64)
+        for k, (v, kind) in enumerate(zip(values, t.arg_kinds, strict=True)):
             if kind == "f":
-                argbuf[k:k + 1].view(np.float64)[0] = float(v)
+                floats[k] = float(v)
             else:
                 argbuf[k] = int(v)
         out = np.full((shots, max(t.width, 1)), -1, dtype=np.int32)

@@ -65,3 +65,9 @@ def test_demo_command_rejects_an_unknown_demo(capsys: pytest.CaptureFixture[str]
 
     assert main(["demo", "nope"]) == 2
     assert "unknown demo 'nope'; available: ghz" in capsys.readouterr().err
+
+
+def test_every_round_trip_is_recorded() -> None:
+    out = demo.run(demo.device("null.qubit"), 25)
+    rtt = out.rtt["steane-decoder"]
+    assert rtt["rounds"] == rtt["recorded"] == 25 * 13

@@ -59,9 +59,12 @@ class StimDevice:
 
 
 def _quarter_turns(angle: float) -> int | None:
-    """k mod 4 if ``angle`` is k * pi/2 (within 1e-9), else None."""
+    """k mod 4 if ``angle`` is k * pi/2 (within 1e-6, relative), else None.
+
+    The tolerance admits angles that passed through float32 (jax's default: pi rounds to
+    3.1415927), and nothing a non-Clifford rotation would mean."""
     k = round(angle / (math.pi / 2))
-    if abs(angle - k * math.pi / 2) > 1e-9 * max(1.0, abs(angle)):
+    if abs(angle - k * math.pi / 2) > 1e-6 * max(1.0, abs(angle)):
         return None
     return k % 4
 

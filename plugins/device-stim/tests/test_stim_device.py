@@ -135,3 +135,13 @@ def test_jit_program_on_the_stim_device() -> None:
             dev.reset_all()
             results.append(bell(dev.handle))
     assert set(results) == {0, 3}  # both qubits 0 or both 1, never mixed
+
+
+def test_a_float32_quarter_turn_is_a_clifford_and_a_small_angle_is_not() -> None:
+    import numpy as np
+
+    with QuantumDevice.open("stim", 1, seed=1) as dev:
+        dev.gate("RX", [0], [float(np.float32(np.pi))])  # 3.1415927: an X, within float32 rounding
+        assert dev.measure(0) == 1
+        with pytest.raises(Exception, match="does not support gate RX"):
+            dev.gate("RX", [0], [1e-3])
