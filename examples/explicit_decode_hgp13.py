@@ -350,6 +350,7 @@ class Result:
     logical: np.ndarray   # shots: logical outcome (0 = the prepared state)
     us_per_shot: float
     rtt: dict[str, dict[str, float]]
+    rtt_text: str
     statuses: np.ndarray | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -379,7 +380,8 @@ def run(rnd: Round, *, x_err: int = -1, z_err: int = -1, correct: bool = True) -
                            f"(statuses {bad})")
     stats = rnd.qnode.last_run
     return Result(data, x_syn, z_syn, corr_x, corr_z, logical_outcomes(rnd.code, rnd.basis, data),
-                  stats.us_per_shot, stats.rtt_summary(), statuses, dict(rnd.qnode.programs[0].timings))
+                  stats.us_per_shot, stats.rtt_summary(), stats.rtt_text(), statuses,
+                  dict(rnd.qnode.programs[0].timings))
 
 
 def single_error_sweep(rnd: Round) -> dict[str, Any]:
@@ -410,17 +412,6 @@ def same_records(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 def _half_width(rate: float, shots: int) -> float:
     return 1.96 * math.sqrt(rate * (1 - rate) / max(shots, 1))
-
-
-def _rtt_line(rtt: dict[str, dict[str, float]]) -> str:
-    parts = []
-    for key, s in rtt.items():
-        if "median_us" in s:
-            parts.append(f"{key}: {s['rounds']} rounds, RTT median {s['median_us']:.3f} µs, "
-                         f"mean {s['mean_us']:.3f}, P99 {s['p99_us']:.3f}, max {s['max_us']:.1f}")
-        else:
-            parts.append(f"{key}: no rounds")
-    return "; ".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -476,7 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"compile {t.get('compile_s', float('nan')) * 1e3:.0f} ms (to IR "
                   f"{t.get('capture_to_ir_s', float('nan')) * 1e3:.0f}, passes {t.get('passes_s', float('nan')) * 1e3:.0f}, "
                   f"LLVM JIT {t.get('llvm_jit_s', float('nan')) * 1e3:.0f}); {fixed.us_per_shot:.1f} µs per shot; "
-                  f"{_rtt_line(fixed.rtt)}")
+                  f"{fixed.rtt_text}")
             ok &= fixed.ler < raw.ler
         same = all(np.array_equal(results["2", c].record(), results["2a", c].record()) for c in (True, False))
         ok &= same

@@ -90,6 +90,7 @@ class Outcome:
     compile_s: float
     us_per_shot: float
     rtt: dict[str, dict[str, float]]
+    rtt_text: str
 
     @property
     def ler(self) -> tuple[float, float]:
@@ -100,20 +101,8 @@ def run(dev: Backline, shots: int) -> Outcome:
     circuit = ghz(dev, shots)
     samples = np.asarray(circuit())
     stats = circuit.last_run
-    return Outcome(samples, circuit.programs[0].timings["compile_s"], stats.us_per_shot, stats.rtt_summary())
-
-
-def _rtt_line(rtt: dict[str, dict[str, float]]) -> str:
-    if not rtt:
-        return "no transport rounds (decoded in the controller)"
-    parts = []
-    for key, s in rtt.items():
-        if "median_us" in s:
-            parts.append(f"{key}: {s['rounds']} rounds, RTT median {s['median_us']:.3f} µs, mean {s['mean_us']:.3f}, "
-                         f"P99 {s['p99_us']:.3f}, max {s['max_us']:.1f}")
-        else:
-            parts.append(f"{key}: no rounds")
-    return "; ".join(parts)
+    return Outcome(samples, circuit.programs[0].timings["compile_s"], stats.us_per_shot, stats.rtt_summary(),
+                   stats.rtt_text())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -130,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("1. Listing 3: logical GHZ on null.qubit, memcpy transport, steane table on a CPU coprocessor")
     first = run(device("null.qubit"), 10)
     print("samples:", first.samples.tolist())
-    print(f"   compile {first.compile_s * 1e3:.0f} ms, {first.us_per_shot:.2f} µs per shot; {_rtt_line(first.rtt)}")
+    print(f"   compile {first.compile_s * 1e3:.0f} ms, {first.us_per_shot:.2f} µs per shot; {first.rtt_text}")
 
     print(f"\n2. The same QNode on default.clifford (stim), depolarizing noise p = {args.noise}, {args.shots} shots")
     fixed = run(device("default.clifford", noise=args.noise, seed=args.seed), args.shots)
@@ -138,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (r1, h1), (r0, h0) = fixed.ler, raw.ler
     diff, hd = r0 - r1, math.hypot(h0, h1)
     print(f"   logical error rate, corrected:   {r1:.4f} ± {h1:.4f}  ({fixed.us_per_shot:.0f} µs per shot; "
-          f"{_rtt_line(fixed.rtt)})")
+          f"{fixed.rtt_text})")
     print(f"   logical error rate, uncorrected: {r0:.4f} ± {h0:.4f}")
     print(f"   decoding lowers it by {diff:.4f} ± {hd:.4f} (95% CI; ratio {r1 / r0 if r0 else float('nan'):.2f})")
     ok = r1 < r0
@@ -154,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = run(dev, args.shots)
             rate, half = out.ler
             same = "identical to 2." if np.array_equal(out.samples, fixed.samples) else "differs from 2."
-            print(f"   {label:<27} corrected {rate:.4f} ± {half:.4f}, samples {same}; {_rtt_line(out.rtt)}")
+            print(f"   {label:<27} corrected {rate:.4f} ± {half:.4f}, samples {same}; {out.rtt_text}")
     print(f"\ndone in {time.perf_counter() - t0:.1f} s")
     if not ok:
         print("FAILED: the decoded logical error rate is not lower than the undecoded one", file=sys.stderr)

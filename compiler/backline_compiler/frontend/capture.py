@@ -176,6 +176,28 @@ _KNOWN_NAMES = {"adjoint_transform": "qml.adjoint", "ctrl_transform": "qml.ctrl"
                 "scan": "jax.lax.scan / fori_loop: use qml.for_loop"}
 
 
+def walk(jaxpr: jcore.Jaxpr, consts: Sequence[Any], args: Sequence[Any],
+         step: Callable[[jcore.JaxprEqn, list[Any], dict[Any, Any]], Any],
+         literal: Callable[[Any], Any] = lambda x: x) -> list[Any]:
+    """Evaluate ``jaxpr`` equation by equation; ``step(eqn, invals, env)`` returns an equation's
+    output (a list when its primitive has several); literals are read through ``literal``."""
+    env: dict[Any, Any] = {}
+
+    def read(v: Any) -> Any:
+        return literal(v.val) if isinstance(v, jcore.Literal) else env[v]
+
+    env.update(zip(jaxpr.constvars, consts, strict=True))
+    env.update(zip(jaxpr.invars, args, strict=True))
+    for eqn in jaxpr.eqns:
+        out = step(eqn, [read(v) for v in eqn.invars], env)
+        if not eqn.primitive.multiple_results:
+            out = [out]
+        for var, value in zip(eqn.outvars, out, strict=True):
+            if not isinstance(var, jax.core.DropVar):
+                env[var] = value
+    return [read(v) for v in jaxpr.outvars]
+
+
 class Interpreter:
     """Walks a QNode's jaxpr, writing IR through a :class:`FunctionWriter`."""
 
@@ -195,26 +217,7 @@ class Interpreter:
 
     # environment --------------------------------------------------------------------
     def eval(self, jaxpr: jcore.Jaxpr, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
-        env: dict[Any, Any] = {}
-
-        def read(v: Any) -> Any:
-            if isinstance(v, jcore.Literal):
-                return to_python(v.val)
-            return env[v]
-
-        for var, value in zip(jaxpr.constvars, consts, strict=True):
-            env[var] = value
-        for var, value in zip(jaxpr.invars, args, strict=True):
-            env[var] = value
-        for eqn in jaxpr.eqns:
-            invals = [read(v) for v in eqn.invars]
-            out = self.equation(eqn, invals)
-            if not eqn.primitive.multiple_results:
-                out = [out]
-            for var, value in zip(eqn.outvars, out, strict=True):
-                if not isinstance(var, jax.core.DropVar):
-                    env[var] = value
-        out = [read(v) for v in jaxpr.outvars]
+        out = walk(jaxpr, consts, args, lambda eqn, invals, env: self.equation(eqn, invals), literal=to_python)
         # operators a jaxpr returns (a branch's qml.X(0)) are applied where it ends, as PennyLane does
         for k, value in enumerate(out):
             if isinstance(value, PendingOp):

@@ -37,6 +37,19 @@ class RunStats:
     def us_per_shot(self) -> float:
         return 1e6 * self.seconds / max(self.shots, 1)
 
+    def rtt_text(self) -> str:
+        """One line per run: rounds and RTT statistics of each coprocessor."""
+        if not self.rtt_ns:
+            return "no transport rounds (decoded in the controller)"
+        parts = []
+        for key, s in self.rtt_summary().items():
+            if "median_us" in s:
+                parts.append(f"{key}: {s['rounds']} rounds, RTT median {s['median_us']:.3f} µs, mean "
+                             f"{s['mean_us']:.3f}, P99 {s['p99_us']:.3f}, max {s['max_us']:.1f}")
+            else:
+                parts.append(f"{key}: no rounds")
+        return "; ".join(parts)
+
     def rtt_summary(self) -> dict[str, dict[str, float]]:
         """Per coprocessor: rounds, and median / mean / P99 / max RTT in microseconds."""
         out = {}

@@ -19,7 +19,7 @@ import pennylane as qml
 from jax.extend import core as jcore
 from pennylane.capture.primitives import qnode_prim
 
-from .capture import CaptureError
+from .capture import CaptureError, walk
 from .decode import tracing
 from .device import Backline
 
@@ -110,34 +110,18 @@ class QJIT:
         return jax.tree_util.tree_unflatten(out_tree, outs)
 
     def _eval(self, jaxpr: jcore.Jaxpr, consts: list[Any], args: list[Any]) -> list[Any]:
-        env: dict[Any, Any] = {}
-
-        def read(v: Any) -> Any:
-            return v.val if isinstance(v, jcore.Literal) else env[v]
-
-        for var, value in zip(jaxpr.constvars, consts, strict=True):
-            env[var] = value
-        for var, value in zip(jaxpr.invars, args, strict=True):
-            env[var] = value
-        for eqn in jaxpr.eqns:
-            invals = [read(v) for v in eqn.invars]
-            if eqn.primitive is qnode_prim:
-                shots = invals[: eqn.params["shots_len"]]
-                if len(shots) != 1:
-                    raise CaptureError("a Backline QNode needs one shot count: qml.set_shots(N) (shot vectors are "
-                                       "not supported)")
-                program = self._program(eqn, env)
-                qargs = invals[eqn.params["shots_len"] + eqn.params["n_consts"]:]
-                out = program.run(int(shots[0]), qargs)
-            else:
+        def step(eqn: jcore.JaxprEqn, invals: list[Any], env: dict[Any, Any]) -> Any:
+            if eqn.primitive is not qnode_prim:
                 subfuns, params = eqn.primitive.get_bind_params(eqn.params)
-                out = eqn.primitive.bind(*subfuns, *invals, **params)
-                if not eqn.primitive.multiple_results:
-                    out = [out]
-            for var, value in zip(eqn.outvars, out, strict=True):
-                if not isinstance(var, jax.core.DropVar):
-                    env[var] = value
-        return [read(v) for v in jaxpr.outvars]
+                return eqn.primitive.bind(*subfuns, *invals, **params)
+            shots = invals[: eqn.params["shots_len"]]
+            if len(shots) != 1:
+                raise CaptureError("a Backline QNode needs one shot count: qml.set_shots(N) (shot vectors are "
+                                   "not supported)")
+            program = self._program(eqn, env)
+            return program.run(int(shots[0]), invals[eqn.params["shots_len"] + eqn.params["n_consts"]:])
+
+        return walk(jaxpr, consts, args, step)
 
 
 def qjit(fn: Callable[..., Any] | None = None, *, capture: bool = True,
