@@ -11,8 +11,8 @@ from typing import Any
 
 from backline_core import Controller, Coprocessor, CoprocessorFunction, Endpoint, Placement
 
-_FRONTEND = ("Backline", "DecodeError", "QJIT", "RuntimeFunction", "SignatureError", "decode", "qjit",
-             "runtime_call", "runtime_declare")
+_FRONTEND = ("Backline", "CaptureError", "DecodeError", "QJIT", "RuntimeFunction", "SignatureError", "decode",
+             "qjit", "runtime_call", "runtime_declare")
 
 __all__ = ["Controller", "Coprocessor", "CoprocessorFunction", "Endpoint", "Placement", *_FRONTEND]
 

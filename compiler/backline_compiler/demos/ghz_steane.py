@@ -29,9 +29,8 @@ from typing import Any
 import numpy as np
 import pennylane as qml
 
-from backline_core import Controller, Coprocessor, CoprocessorFunction
-
 from backline_compiler import Backline, qjit
+from backline_core import Controller, Coprocessor, CoprocessorFunction
 
 #: Spin this long (µs) between rounds before sleeping: the simulator takes tens of µs per
 #: gate, and a sleeping coprocessor costs a wake-up on the next round.

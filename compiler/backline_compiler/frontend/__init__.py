@@ -8,6 +8,7 @@ from .decode import DecodeError, decode
 from .device import Backline
 from .qjit import QJIT, qjit
 from .runtime_call import RuntimeFunction, SignatureError, runtime_call, runtime_declare
+from .values import CaptureError
 
-__all__ = ["Backline", "DecodeError", "QJIT", "RuntimeFunction", "SignatureError", "decode", "qjit", "runtime_call",
+__all__ = ["Backline", "CaptureError", "DecodeError", "QJIT", "RuntimeFunction", "SignatureError", "decode", "qjit", "runtime_call",
            "runtime_declare"]

@@ -22,7 +22,8 @@ from jax.extend.core import Primitive
 from backline_core.placement import Placement
 from backline_core.session import resolve_function
 
-from .capture import Arr, CaptureError, DecodeSite, Interpreter
+from .capture import Interpreter
+from .values import Arr, CaptureError, DecodeSite
 
 #: Bytes of every frame the transport adds in front of a payload (``BL_FRAME_HEADER_BYTES``).
 FRAME_HEADER_BYTES = 32

@@ -20,6 +20,7 @@ from ..dialects import bqec
 from . import capture, results
 from .decode import lower_decode
 from .runtime_call import lower_runtime_call
+from .values import to_python
 
 LOWER = "convert-bqec-to-llvm,convert-quantum-to-llvm,convert-transport-to-llvm"
 
@@ -77,7 +78,7 @@ class CompiledQNode:
         extensions = {"backline_decode": lower_decode(placement if placement.coprocessors else None),
                       "backline_runtime_call": lower_runtime_call}
         self.translation = capture.qnode_to_ir(
-            jaxpr, [capture.to_python(c) for c in consts], arg_avals, num_wires=len(device.wires),
+            jaxpr, [to_python(c) for c in consts], arg_avals, num_wires=len(device.wires),
             unroll_loops=device.qec_code is not None, extensions=extensions)
         attrs = ""
         if placement.coprocessors:

@@ -19,9 +19,10 @@ import pennylane as qml
 from jax.extend import core as jcore
 from pennylane.capture.primitives import qnode_prim
 
-from .capture import CaptureError, walk
+from .capture import walk
 from .decode import tracing
 from .device import Backline
+from .values import CaptureError
 
 
 @contextlib.contextmanager

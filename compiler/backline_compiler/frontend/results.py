@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from .capture import MeasurementRecord
+from .values import MeasurementRecord
 
 
 def columns(record: MeasurementRecord, raw: np.ndarray) -> np.ndarray:

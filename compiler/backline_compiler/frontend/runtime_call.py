@@ -40,8 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Primitive
 
-from .capture import Arr, CaptureError, Interpreter, dtype_type
+from .capture import Interpreter
 from .ir_writer import Val
+from .values import Arr, CaptureError, dtype_type
 
 #: type -> IR type; u* share the i* representation (LLVM integers are signless).
 _IR = {"i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64", "u8": "i8", "u16": "i16", "u32": "i32",

@@ -15,7 +15,7 @@ jax = pytest.importorskip("jax")
 import backline_compiler as bl
 import jax.numpy as jnp
 from backline_compiler.frontend import capture
-from backline_compiler.frontend.capture import CaptureError
+from backline_compiler.frontend.values import CaptureError
 
 pytestmark = pytest.mark.filterwarnings("ignore:Executing PennyLane programs with capture enabled",
                                         "ignore:all_outcomes=False is unsupported")

@@ -20,7 +20,7 @@ jax = pytest.importorskip("jax")
 
 import backline_compiler as bl
 import jax.numpy as jnp
-from backline_compiler.frontend.capture import CaptureError
+from backline_compiler.frontend.values import CaptureError
 from backline_compiler.frontend.runtime_call import SignatureError
 
 pytestmark = pytest.mark.filterwarnings("ignore:Executing PennyLane programs with capture enabled")
