@@ -82,8 +82,10 @@ def test_compiled_controller_runs_rounds(locality: str, tmp_path) -> None:
         if server is not None:
             server.terminate()
     assert np.array_equal(payloads, replies)  # every echo came back, in order
-    # an inline round can be shorter than one 10 ns step of this VM's clock
-    assert (rtt > 0).all() if locality != "inline" else rtt.any()
+    # An inline round can be shorter than one 10 ns step of this VM's clock, and a round whose
+    # thread migrated between the post and the collect can read 0 (its vCPUs' counters are not
+    # in sync): almost every round, not every one, has a measured RTT.
+    assert np.mean(rtt > 0) > (0.99 if locality != "inline" else 0.0) and rtt.any()
     stages = sorted(os.listdir(tmp_path / "ws"))
     assert stages[:3] == ["00-input.mlir", "01-inject-transport-session.mlir", "02-convert-transport-to-llvm.mlir"]
     assert {"program.ll", "program.opt.ll", "program.s"} <= set(stages)

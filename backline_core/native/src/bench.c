@@ -179,7 +179,7 @@ BL_API int32_t bl_bench_floor(bl_bench_config *cfg, int32_t responder_cpu, uint6
             res->first_error = BL_ETIMEOUT;
             break;
         }
-        rtt_ns[k] = bl__ticks_to_ns(bl__ticks() - t0);
+        rtt_ns[k] = bl__ns_since(t0);
         if (memcmp(r + 1, p, cfg->payload_bytes) != 0) res->mismatched++;
         res->done++;
     }

@@ -51,6 +51,13 @@ static inline uint64_t bl__ticks(void) { return bl__now(); }
 extern double bl__ns_per_tick;
 void bl__calibrate_ticks(void);
 static inline uint64_t bl__ticks_to_ns(uint64_t ticks) { return (uint64_t)((double)ticks * bl__ns_per_tick + 0.5); }
+/* Nanoseconds since `start` (ticks). A thread that migrates between two reads can see the
+ * counter step back on a VM whose vCPUs' TSCs are not in sync: that interval reads 0, not
+ * the conversion of a wrapped-around difference. */
+static inline uint64_t bl__ns_since(uint64_t start) {
+    uint64_t now = bl__ticks();
+    return now > start ? bl__ticks_to_ns(now - start) : 0;
+}
 
 int bl__pin_current_thread(int cpu);
 

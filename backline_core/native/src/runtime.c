@@ -821,7 +821,7 @@ static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header
             }
         }
     }
-    s->last_rtt = bl__ticks_to_ns(bl__ticks() - s->post_time[slot]);
+    s->last_rtt = bl__ns_since(s->post_time[slot]);
     if (s->rtt_log) { /* one branch, predicted either way, when not recording */
         if (s->rtt_count < s->rtt_cap) s->rtt_log[s->rtt_count] = s->last_rtt;
         ++s->rtt_count;
