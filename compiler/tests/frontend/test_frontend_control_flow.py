@@ -9,6 +9,8 @@ unsigned values, ``x.at[i].set``). Everything runs on ``default.clifford`` (stim
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -306,13 +308,10 @@ def test_run_time_indexing_and_reductions_of_mcms(i):
     assert values == expected
 
 
-_MCM_ARRAYS: list = []
-
-
+@functools.cache
 def mcm_arrays_program():
-    if not _MCM_ARRAYS:
-        _MCM_ARRAYS.append(compiled(mcm_arrays, 4, 1))
-    return _MCM_ARRAYS[0]
+    """Compiled once for the module's parametrized tests."""
+    return compiled(mcm_arrays, 4, 1)
 
 
 def test_nested_control_flow():
@@ -427,13 +426,10 @@ def test_jax_cond_and_switch_like_jax(k):
     assert_like_jax(program, lax_branches, jnp.int32(k), jnp.float32(1.5))
 
 
-_LAX: list = []
-
-
+@functools.cache
 def _lax_program():
-    if not _LAX:
-        _LAX.append(classical_program(lax_branches, 1, 1.0))
-    return _LAX[0]
+    """Compiled once for the module's parametrized tests."""
+    return classical_program(lax_branches, 1, 1.0)
 
 
 def unsigned(k):
@@ -448,13 +444,10 @@ def test_unsigned_values_like_jax(k):
     assert_like_jax(program, unsigned, jnp.int32(k))
 
 
-_UNSIGNED: list = []
-
-
+@functools.cache
 def _unsigned_program():
-    if not _UNSIGNED:
-        _UNSIGNED.append(classical_program(unsigned, 1))
-    return _UNSIGNED[0]
+    """Compiled once for the module's parametrized tests."""
+    return classical_program(unsigned, 1)
 
 
 def scatter(i, v):
@@ -471,13 +464,10 @@ def test_array_updates_like_jax(i):
     assert_like_jax(program, scatter, jnp.int32(i), jnp.int32(7))
 
 
-_SCATTER: list = []
-
-
+@functools.cache
 def _scatter_program():
-    if not _SCATTER:
-        _SCATTER.append(classical_program(scatter, 1, 1))
-    return _SCATTER[0]
+    """Compiled once for the module's parametrized tests."""
+    return classical_program(scatter, 1, 1)
 
 
 def test_static_for_loops_unroll_for_the_steane_encoding():
