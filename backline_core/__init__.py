@@ -24,6 +24,7 @@ from .errors import (
 from .hookspecs import Decoder, Device, Executor, Pass, RoundDriver, Transport, hookimpl, hookspec
 from .native import get_include, get_library
 from .placement import Controller, Coprocessor, Endpoint, Node, Placement
+from .resolution import Resolution, ResolvedNode, resolve
 from .session import RoundTripLog, Session
 
 __version__ = "0.1.0"
@@ -31,8 +32,8 @@ __version__ = "0.1.0"
 __all__ = [
     "CORE_KEYS", "BacklineError", "Controller", "Coprocessor", "CoprocessorFunction", "DeadlineError",
     "Decoder", "Device", "Endpoint", "Executor", "KeyTakenError", "LifecycleError", "Node", "Pass",
-    "PayloadTooLargeError", "PeerError", "Placement", "PlacementError", "PluginError", "RoundDriver", "RoundTripLog",
-    "Session",
+    "PayloadTooLargeError", "PeerError", "Placement", "PlacementError", "PluginError", "Resolution", "ResolvedNode",
+    "RoundDriver", "RoundTripLog", "Session",
     "Transport", "TransportError", "UnknownDecoderError", "UnknownPluginError", "format_config",
-    "get_include", "get_library", "hookimpl", "hookspec", "parse_config", "plugins",
+    "get_include", "get_library", "hookimpl", "hookspec", "parse_config", "plugins", "resolve",
 ]

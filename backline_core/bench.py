@@ -27,6 +27,7 @@ from .deployment import deploy
 from .errors import BacklineError, from_status
 from .native import ffi, last_error, lib
 from .placement import Controller, Coprocessor, Placement
+from .resolution import resolve
 
 PERCENTILES = (("p99", 99.0), ("p999", 99.9), ("p9999", 99.99), ("p99999", 99.999))
 STEANE_TABLE = (-1, 6, 4, 5, 0, 3, 1, 2)
@@ -37,7 +38,7 @@ class BenchConfig:
     """What `backline bench` runs (its command-line options, one to one)."""
 
     transport: str = "memcpy"
-    locality: str = "thread"
+    runs_in: str | None = None  # where the coprocessor runs; None: the transport's default
     coprocessor_fn: str = "echo"
     rounds: int = 1_000_000
     payload_bytes: int = 8
@@ -303,14 +304,19 @@ def run(cfg: BenchConfig, report: Callable[[str], None] = lambda s: None) -> Ben
         cfg.payload_bytes = len(table[0]) // PAYLOAD_TABLE
     out_bytes = table[2] if table is not None else cfg.payload_bytes
     idle_spin_us = 200 if cfg.cadence == "b2b" else max(200, 4 * (cfg.gap_ns + cfg.gap_span) // 1000)
-    init_args: dict[str, Any] = {"locality": cfg.locality, "idle_spin_us": idle_spin_us}
-    if cfg.coprocessor_cpu is not None:
+    init_args: dict[str, Any] = {"idle_spin_us": idle_spin_us}
+    part = plugins.transport_backend(cfg.transport, "cpu", "coprocessor")
+    runs_in = cfg.runs_in or part.runs_in[0]
+    # Only keys the transport declares: pinning is a transport's own setting, not the core's.
+    if cfg.coprocessor_cpu is not None and "cpu" in part.init_args and runs_in != "controller-thread":
         init_args["cpu"] = cfg.coprocessor_cpu
     placement = Placement(
         controller=Controller(name="bench-controller"),
-        coprocessors=[Coprocessor(name=f"bench-{os.getpid()}", coprocessor_fn=function, init_args=init_args)],
+        coprocessors=[Coprocessor(name=f"bench-{os.getpid()}", coprocessor_fn=function, runs_in=runs_in,
+                                  init_args=init_args)],
         transport=cfg.transport,
     )
+    cfg.runs_in = resolve(placement).coprocessor(placement.coprocessors[0].name).runs_in
     old_affinity = os.sched_getaffinity(0)
     if cfg.controller_cpu is not None:
         os.sched_setaffinity(0, {cfg.controller_cpu})  # this thread only: it issues every round
@@ -368,9 +374,9 @@ def _measure(cfg: BenchConfig, session: Any, report: Callable[[str], None],
     return BenchResult(
         config=cfg,
         round0_ns=int(r0[0]),
-        framework=Series(f"{cfg.transport}/{cfg.locality} ({cfg.driver} driver)", framework),
+        framework=Series(f"{cfg.transport}/{cfg.runs_in} ({cfg.driver} driver)", framework),
         floor=Series("floor (bare shared-memory ping-pong)", floor),
-        native=Series(f"{cfg.transport}/{cfg.locality} (native driver)", native) if native is not None else None,
+        native=Series(f"{cfg.transport}/{cfg.runs_in} (native driver)", native) if native is not None else None,
         lost=runner.lost,
         mismatched=runner.mismatched,
         timer_resolution_ns=float(lib.bl_bench_timer_resolution_ns()),
@@ -382,7 +388,7 @@ def format_report(result: BenchResult) -> str:
     cfg = result.config
     rows = [result.framework] + ([result.native] if result.native is not None else []) + [result.floor]
     lines = [
-        f"backline bench: transport={cfg.transport} locality={cfg.locality} fn={cfg.coprocessor_fn} "
+        f"backline bench: transport={cfg.transport} runs_in={cfg.runs_in} fn={cfg.coprocessor_fn} "
         + (f"code={os.path.basename(cfg.code)} p={cfg.error_rate} decoder_id={cfg.decoder_id} " if cfg.code else "")
         + f"driver={cfg.driver} cadence={cfg.cadence} payload={cfg.payload_bytes} B rounds={cfg.rounds:,} "
         f"cpus={cfg.controller_cpu}->{cfg.coprocessor_cpu}",

@@ -21,18 +21,30 @@ from .native import ffi, lib, load_symbol
 _log = logging.getLogger(__name__)
 
 
+#: return codes of the Python slow path (the controller sees them as BL_EFN "it returned N")
+PY_RAISED, PY_TOO_LONG, PY_NOT_BYTES = 1, 2, 3
+
+
 @ffi.def_extern()
 def bl_py_coprocessor_fn(ctx, decoder_id, data, length, out, out_cap, out_len):  # pragma: no cover - called from C
     fn = ffi.from_handle(ctx)
     try:
-        reply = bytes(fn(int(decoder_id), bytes(ffi.buffer(data, length))))
-    except Exception:  # the round fails with BL_EFN; the coprocessor keeps serving
+        reply = fn(int(decoder_id), bytes(ffi.buffer(data, length)))
+    except BaseException:  # SystemExit and KeyboardInterrupt too: the round fails, the coprocessor serves on
         _log.exception("Python coprocessor function %r failed on decoder_id %d", fn, decoder_id)
-        return 1
-    if len(reply) > out_cap:
-        return 2
-    ffi.memmove(out, reply, len(reply))
-    out_len[0] = len(reply)
+        return PY_RAISED
+    try:
+        payload = memoryview(reply).tobytes()  # bytes-like only: 5 must not become five zero bytes
+    except TypeError:
+        _log.error("Python coprocessor function %r returned %s for decoder_id %d; return bytes, bytearray, "
+                   "memoryview or a uint8 array", fn, type(reply).__name__, decoder_id)
+        return PY_NOT_BYTES
+    if len(payload) > out_cap:
+        _log.error("Python coprocessor function %r returned %d bytes for decoder_id %d; the slot holds %d",
+                   fn, len(payload), decoder_id, out_cap)
+        return PY_TOO_LONG
+    ffi.memmove(out, payload, len(payload))
+    out_len[0] = len(payload)
     return 0
 
 
@@ -65,8 +77,7 @@ class BoundFunction:
         out_len = ffi.new("uint32_t *")
         rc = self.fn(self.ctx, decoder_id, ffi.from_buffer(payload), len(payload), out, out_cap, out_len)
         if rc != 0:
-            raise FunctionError(f"{self.function.name} returned {rc} for decoder_id {decoder_id}", code=-11,
-                                status="BL_EFN")
+            raise FunctionError(f"{self.function.name} returned {rc} for decoder_id {decoder_id}")
         return bytes(ffi.buffer(out, out_len[0]))
 
     def close(self) -> None:

@@ -4,9 +4,9 @@ points as any plugin (``backline.decoders``: ``echo`` and ``steane``; ``backline
 
 from __future__ import annotations
 
-from .coprocessor_function import CoprocessorFunction
 import os
 
+from .coprocessor_function import CoprocessorFunction
 from .hookspecs import Decoder, Device, hookimpl
 from .native import get_library
 
@@ -42,5 +42,5 @@ def null_device_library() -> str:
 def backline_devices() -> list[Device]:
     return [
         Device(name="null", summary="accepts every valid operation and does nothing; measurements give 0",
-               load=null_device_library),
+               load=null_device_library, pennylane_devices=("null.qubit",)),
     ]

@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import sys
-import threading
 from collections.abc import Sequence
 
 from .errors import BacklineError
@@ -46,7 +46,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
     cfg = bench.BenchConfig(
-        transport=args.transport, locality=args.locality, coprocessor_fn=args.coprocessor_fn,
+        transport=args.transport, runs_in=args.runs_in, coprocessor_fn=args.coprocessor_fn,
         rounds=args.rounds, payload_bytes=args.payload_bytes, cadence=args.cadence, gap_ns=args.gap_ns,
         gap_span=args.gap_span, seed=args.seed, controller_cpu=_cpu(args.controller_cpu),
         coprocessor_cpu=_cpu(args.coprocessor_cpu), driver=args.driver, block=args.block, warmup=args.warmup,
@@ -95,20 +95,40 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         except ValueError:
             raise BacklineError(f"--fn {spec!r}: decoder ids after '@' must be integers, e.g. steane@0,1") from None
         bindings.append((load_import_path(name) if ":" in name else name, decoder_ids))
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    config = args.config
-    if "locality=" not in config:
-        config = ";".join(filter(None, [config, "locality=process"]))
-    session = Session.open(args.transport, "coprocessor", args.key, config=config, hardware=args.hardware,
-                           functions=bindings)
+    session = Session.open(args.transport, "coprocessor", args.key, config=args.config, hardware=args.hardware,
+                           runs_in="process", functions=bindings)
     try:
         print(f"ready key={args.key} pid={os.getpid()} transport={args.transport}", flush=True)
-        stop.wait(args.duration)
+        _wait_for_stop(args.duration, args.parent_pid)
     finally:
         session.destroy()
     return 0
+
+
+def _wait_for_stop(duration: float | None, parent_pid: int | None) -> None:
+    """Block until SIGTERM, SIGINT or SIGHUP, ``duration`` seconds, or the death of ``parent_pid``."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: None)  # the wakeup fd does the waking
+    watched = [wake_r]
+    parent_fd = None
+    if parent_pid is not None:
+        try:
+            parent_fd = os.pidfd_open(parent_pid)  # readable once the parent has exited
+        except ProcessLookupError:
+            return
+        watched.append(parent_fd)
+        if os.getppid() != parent_pid:  # it died before the pidfd was opened
+            return
+    try:
+        select.select(watched, [], [], duration)
+    finally:
+        signal.set_wakeup_fd(-1)
+        for fd in (wake_r, wake_w, parent_fd):
+            if fd is not None:
+                os.close(fd)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -139,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="round-trip benchmark; prints framework/floor ratios",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     b.add_argument("--transport", default="memcpy")
-    b.add_argument("--locality", default="thread", help="inline, thread or process (memcpy)")
+    b.add_argument("--runs-in", default=None, choices=("controller-thread", "thread", "process"),
+                   help="where the coprocessor runs (default: the transport's first choice)")
     b.add_argument("--coprocessor-fn", default="echo", help="decoder plugin name; every reply is checked")
     b.add_argument("--rounds", type=int, default=1_000_000)
     b.add_argument("--payload-bytes", type=int, default=8)
@@ -175,8 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "holding either; repeatable")
     s.add_argument("--transport", default="memcpy")
     s.add_argument("--hardware", default="cpu")
-    s.add_argument("--config", default="", help="k=v;k=v (locality defaults to process)")
+    s.add_argument("--config", default="", help="the transport's configuration, k=v;k=v")
     s.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    s.add_argument("--parent-pid", type=int, default=None,
+                   help="exit when this process exits (deploy and bench pass their own pid)")
     s.set_defaults(func=_cmd_serve)
 
     d = sub.add_parser("demo", help="run a demonstration (backline demo ghz --help)", add_help=False)

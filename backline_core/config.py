@@ -1,14 +1,14 @@
 """Session configuration strings: the ``init_args`` of a node as the backend sees them.
 
 A configuration is ``key=value`` pairs joined by ``;``, passed verbatim to the native
-runtime. The core reads :data:`CORE_KEYS` itself; the transport backend reads the keys
-its plugin declares in ``Transport.init_args``. Any other key is an error, in Python
-and in C alike.
+runtime, which parses it once: the core reads :data:`CORE_KEYS` itself and hands the
+backend typed accessors for the keys it declares (``config_keys`` in its C backend). Any
+other key is an error there. No backend parses the string itself.
 
->>> format_config({"slots": 64, "locality": "thread"})
-'locality=thread;slots=64'
->>> parse_config('locality=thread;slots=64')
-{'locality': 'thread', 'slots': '64'}
+>>> format_config({"slots": 64, "cpu": 1})
+'cpu=1;slots=64'
+>>> parse_config('cpu=1;slots=64')
+{'cpu': '1', 'slots': '64'}
 """
 
 from __future__ import annotations
@@ -16,14 +16,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-#: Keys every transport accepts; read by the core runtime (see backline.h).
+from ._native import lib
+
+#: Keys every transport accepts; read by the core runtime (limits and defaults: backline.h).
 CORE_KEYS: Mapping[str, str] = MappingProxyType(
     {
-        "slots": "ring slot count, a power of two (default 64)",
-        "slot_bytes": "bytes per ring slot including the 32-byte frame header, a multiple of 64 (default 256)",
-        "timeout_ms": "deadline of each blocking round call: collect, reply_slot, round (default 1000)",
-        "connect_timeout_ms": "deadline of each bring-up call: connect, exchange_keys, establish_channel (default 10000)",
-        "idle_spin_us": "coprocessor: busy-poll this long after the last request before sleeping on the doorbell; -1 never sleeps (default 10000)",
+        "slots": f"ring slot count, a power of two up to {lib.BL_MAX_SLOTS} (default {lib.BL_DEFAULT_SLOTS})",
+        "slot_bytes": f"bytes per ring slot including the {lib.BL_FRAME_HEADER_BYTES}-byte frame header, a multiple of "
+                      f"{lib.BL_SLOT_ALIGN} up to {lib.BL_MAX_SLOT_BYTES} (default {lib.BL_DEFAULT_SLOT_BYTES})",
+        "timeout_ms": "deadline of each blocking round call: collect, reply_slot, round "
+                      f"(default {lib.BL_DEFAULT_TIMEOUT_MS})",
+        "connect_timeout_ms": "deadline of each bring-up call: connect, exchange_keys, establish_channel "
+                              f"(default {lib.BL_DEFAULT_CONNECT_TIMEOUT_MS})",
+        "idle_spin_us": "coprocessor: busy-poll this long after the last request before sleeping on the doorbell; "
+                        f"-1 never sleeps (default {lib.BL_DEFAULT_IDLE_SPIN_US})",
     }
 )
 

@@ -24,10 +24,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._native import lib
 from .errors import PlacementError
 
-#: decoder_id must be below this (the size of a session's dispatch table).
-MAX_DECODERS = 256
+#: decoder_id must be below this (the size of a session's dispatch table; BL_MAX_DECODERS).
+MAX_DECODERS: int = lib.BL_MAX_DECODERS
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,11 +1,14 @@
 """Bring up the sessions a Placement describes, in this process and in helper processes.
 
+A coprocessor that runs in another process is a ``backline coprocessor serve`` child,
+started with ``python -P`` (nothing is imported from the working directory) and tied to
+this process: it exits when its parent dies, however the parent dies.
+
 >>> from backline_core import Controller, Coprocessor, Placement, plugins
 >>> from backline_core.deployment import deploy
 >>> if "memcpy" in plugins.names("transport"):
 ...     p = Placement(controller=Controller(), transport="memcpy",
-...                   coprocessors=[Coprocessor(name="dec", coprocessor_fn="steane",
-...                                             init_args={"locality": "inline"})])
+...                   coprocessors=[Coprocessor(name="dec", coprocessor_fn="steane", runs_in="controller-thread")])
 ...     with deploy(p, in_bytes=1, out_bytes=1) as d:
 ...         assert d.session("dec").round(bytes([0b001])) == bytes([1 << 0])
 """
@@ -24,7 +27,8 @@ import time
 from collections.abc import Sequence
 
 from .errors import DeadlineError, PlacementError, TransportError
-from .placement import Coprocessor, Placement
+from .placement import Placement
+from .resolution import ResolvedNode, resolve
 from .session import Session, resolve_function
 
 
@@ -33,8 +37,11 @@ class CoprocessorProcess:
 
     def __init__(self, transport: str, key: str, functions: Sequence[str], config: str = "",
                  hardware: str = "cpu", ready_timeout: float = 30.0) -> None:
-        cmd = [sys.executable, "-m", "backline_core.cli", "coprocessor", "serve",
-               "--transport", transport, "--key", key, "--hardware", hardware, "--config", config]
+        # -P: the working directory is not put on sys.path, so a file or a *.dist-info there
+        # cannot replace a module or a plugin inside the coprocessor.
+        cmd = [sys.executable, "-P", "-m", "backline_core.cli", "coprocessor", "serve",
+               "--transport", transport, "--key", key, "--hardware", hardware, "--config", config,
+               "--parent-pid", str(os.getpid())]
         self._spec_files: list[str] = []
         for fn in functions:
             if len(fn) > 4096:  # a native context can be far past the kernel's 128 KiB argument limit
@@ -111,35 +118,38 @@ class Deployment:
 
     def __init__(self, placement: Placement, *, in_bytes: int, out_bytes: int) -> None:
         self.placement = placement
+        self.resolution = resolve(placement)
         self.coprocessor_sessions: dict[str, Session] = {}
         self.processes: dict[str, CoprocessorProcess] = {}
         self.controller_sessions: dict[str, Session] = {}
         try:
-            for node in placement.coprocessors:
+            for node in self.resolution.coprocessors:
                 self._bring_up_coprocessor(node)
-            ctl = placement.controller
-            for node in placement.coprocessors:
-                self.controller_sessions[node.name] = Session.open(
-                    placement.transport, "controller", node.name, config=ctl.config_string(),
-                    hardware=ctl.hardware, in_bytes=in_bytes, out_bytes=out_bytes)
+            ctl = self.resolution.controller
+            for node in self.resolution.coprocessors:
+                session = Session(ctl.library, "controller", node.name, ctl.config, node.runs_in)
+                self.controller_sessions[node.name] = session
+                _bring_up_controller(session, in_bytes, out_bytes)
         except BaseException:
             self.close()
             raise
 
-    def _bring_up_coprocessor(self, node: Coprocessor) -> None:
-        if node.dispatched:
-            raise PlacementError(
-                f"coprocessor {node.name!r} is remote/dispatched; executors are not part of backline-core yet, "
-                "so start it on its machine and use a transport that reaches it"
-            )
-        if node.init_args.get("locality") == "process":
+    def _bring_up_coprocessor(self, node: ResolvedNode) -> None:
+        if node.runs_in == "process":
             self.processes[node.name] = CoprocessorProcess(
-                self.placement.transport, node.name, [function_spec(node.coprocessor_fn)],
-                node.config_string(), node.hardware)
+                self.placement.transport, node.name, [function_spec(node.function)], node.config, node.hardware)
         else:
-            self.coprocessor_sessions[node.name] = Session.open(
-                self.placement.transport, "coprocessor", node.name, config=node.config_string(),
-                hardware=node.hardware, functions=[node.coprocessor_fn])
+            session = Session(node.library, "coprocessor", node.name, node.config, node.runs_in)
+            self.coprocessor_sessions[node.name] = session
+            try:
+                for step in (session.connect, session.alloc_memory, session.exchange_keys, session.establish_channel):
+                    step()
+                session.set_coprocessor_fn(node.function)
+                session.start()
+            except BaseException:
+                session.destroy()
+                del self.coprocessor_sessions[node.name]
+                raise
 
     def session(self, coprocessor: str | None = None) -> Session:
         """The controller's session with ``coprocessor`` (optional when there is only one)."""
@@ -174,6 +184,15 @@ class Deployment:
         self.close()
 
 
+def _bring_up_controller(session: Session, in_bytes: int, out_bytes: int) -> None:
+    session.connect()
+    session.alloc_memory()
+    session.exchange_keys()
+    session.establish_channel()
+    session.set_message_sizes(in_bytes, out_bytes)
+    session.start()
+
+
 def deploy(placement: Placement, *, in_bytes: int, out_bytes: int) -> Deployment:
-    """Bring up ``placement``'s sessions; use as a context manager."""
+    """Resolve ``placement`` and bring up its sessions; use as a context manager."""
     return Deployment(placement, in_bytes=in_bytes, out_bytes=out_bytes)

@@ -40,7 +40,7 @@ def _op_id(table: dict[str, int], what: str, name_or_id: str | int) -> int:
             return table[name_or_id.upper()]
         except KeyError:
             raise errors.InvalidArgumentError(
-                f"unknown {what} {name_or_id!r}; choose from {', '.join(table)}", code=-1, status="BL_EINVAL"
+                f"unknown {what} {name_or_id!r}; choose from {', '.join(table)}"
             ) from None
     return int(name_or_id)
 
@@ -49,8 +49,7 @@ def _wires(wires: Sequence[int]) -> Any:
     values = [int(w) for w in wires]
     for w in values:
         if not 0 <= w < 2**32:
-            raise errors.InvalidArgumentError(f"wire {w} is out of range (wires are 0..num_qubits-1)",
-                                              code=-1, status="BL_EINVAL")
+            raise errors.InvalidArgumentError(f"wire {w} is out of range (wires are 0..num_qubits-1)")
     return ffi.new("uint32_t[]", values or [0]), len(values)
 
 
@@ -84,7 +83,7 @@ class QuantumDevice:
 
     def _handle(self) -> Any:
         if self._dev is None:
-            raise errors.LifecycleError(f"device {self.name!r} is closed", code=-2, status="BL_ESTATE")
+            raise errors.LifecycleError(f"device {self.name!r} is closed")
         return self._dev
 
     @property

@@ -1,7 +1,7 @@
 """Exceptions raised by backline_core.
 
-Native status codes (``BL_E*`` in ``backline.h``) map one-to-one onto the
-:class:`TransportError` subclasses below, so Python callers can catch the case they
+Native status codes (``BL_E*`` in ``backline.h``, read through cffi) map one-to-one onto
+the :class:`TransportError` subclasses below, so Python callers can catch the case they
 care about and C callers get the same information as a return code.
 """
 
@@ -43,82 +43,107 @@ class UnknownPluginError(PluginError, LookupError):
 class TransportError(BacklineError):
     """A native runtime call failed; ``code`` is the ``BL_E*`` status."""
 
-    code: int = -8
+    #: the status name in backline.h; subclasses name theirs, ``code`` is its value there
     status: str = "BL_EBACKEND"
+    code: int
 
     def __init__(self, message: str, code: int | None = None, status: str | None = None) -> None:
         super().__init__(message)
-        if code is not None:
-            self.code = code
         if status is not None:
             self.status = status
+        self.code = code if code is not None else status_code(self.status)
 
 
 class InvalidArgumentError(TransportError, ValueError):
     """BL_EINVAL: an argument or configuration value is invalid."""
 
+    status = "BL_EINVAL"
+
 
 class LifecycleError(TransportError):
     """BL_ESTATE: a lifecycle call came out of order."""
+
+    status = "BL_ESTATE"
 
 
 class DeadlineError(TransportError, TimeoutError):
     """BL_ETIMEOUT: a blocking call passed its deadline (the peer may be dead)."""
 
+    status = "BL_ETIMEOUT"
+
 
 class PayloadTooLargeError(TransportError, ValueError):
     """BL_ETOOBIG: a payload is larger than the session's maximum."""
+
+    status = "BL_ETOOBIG"
 
 
 class UnknownDecoderError(TransportError, LookupError):
     """BL_EDECODER: no coprocessor function is bound to the frame's decoder_id."""
 
+    status = "BL_EDECODER"
+
 
 class PeerError(TransportError):
     """BL_EPEER: the peer went away or broke the protocol."""
+
+    status = "BL_EPEER"
 
 
 class KeyTakenError(TransportError):
     """BL_EBUSY: another session already holds this key."""
 
+    status = "BL_EBUSY"
+
 
 class RingFullError(TransportError):
     """BL_EFULL: every ring slot is in flight; collect before posting more."""
+
+    status = "BL_EFULL"
 
 
 class NothingPostedError(TransportError):
     """BL_EEMPTY: collect was called with no round in flight."""
 
+    status = "BL_EEMPTY"
+
 
 class FunctionError(TransportError):
     """BL_EFN: the coprocessor function reported an error for this round."""
+
+    status = "BL_EFN"
 
 
 class AbiError(TransportError):
     """BL_EABI: a backend library was built for another ABI version."""
 
+    status = "BL_EABI"
+
 
 class NotFoundError(TransportError, LookupError):
     """BL_ENOTFOUND: no session is registered under this (role, key)."""
 
+    status = "BL_ENOTFOUND"
 
-#: status code -> (name, exception class); kept in step with backline.h.
-STATUS: dict[int, tuple[str, type[TransportError]]] = {
-    -1: ("BL_EINVAL", InvalidArgumentError),
-    -2: ("BL_ESTATE", LifecycleError),
-    -3: ("BL_ETIMEOUT", DeadlineError),
-    -4: ("BL_ETOOBIG", PayloadTooLargeError),
-    -5: ("BL_EDECODER", UnknownDecoderError),
-    -6: ("BL_EPEER", PeerError),
-    -7: ("BL_EBUSY", KeyTakenError),
-    -8: ("BL_EBACKEND", TransportError),
-    -9: ("BL_EFULL", RingFullError),
-    -10: ("BL_EEMPTY", NothingPostedError),
-    -11: ("BL_EFN", FunctionError),
-    -12: ("BL_ENOMEM", TransportError),
-    -13: ("BL_EABI", AbiError),
-    -14: ("BL_ENOTFOUND", NotFoundError),
-}
+
+def _status_table() -> dict[int, tuple[str, type[TransportError]]]:
+    """status code -> (name, class); the codes are the header's (through cffi)."""
+    from ._native import lib
+
+    classes = {cls.status: cls for cls in TransportError.__subclasses__()}
+    names = [n for n in dir(lib) if n.startswith("BL_E") and isinstance(getattr(lib, n), int)]
+    return {getattr(lib, n): (n, classes.get(n, TransportError)) for n in names}
+
+
+#: status code -> (name, exception class), read from backline.h.
+STATUS: dict[int, tuple[str, type[TransportError]]] = _status_table()
+
+
+def status_code(name: str) -> int:
+    """The value of status ``name`` (e.g. ``"BL_EINVAL"``) in backline.h."""
+    from ._native import lib
+
+    return getattr(lib, name)
 
 
 def from_status(code: int, message: str) -> TransportError:

@@ -48,29 +48,39 @@ def _frozen(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
     return MappingProxyType(dict(mapping or {}))
 
 
+#: Where a coprocessor may run relative to its controller (``Coprocessor.runs_in``); the
+#: values of ``bl_runs_in`` in ``backline.h`` (see :data:`backline_core.placement.RUNS_IN`).
+RUNS_IN = ("controller-thread", "thread", "process")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Transport:
-    """What a transport plugin serves and where its native backend library is.
+    """One distribution's part of a transport: the (hardware, role) pairs it has a backend for.
 
-    ``serves`` lists the (hardware, role) pairs it has a backend for; ``library``
-    maps one of those pairs to the path of a shared library exporting the backend
-    entry symbol declared in ``backline.h``. ``init_args`` names the configuration
-    keys the backend accepts (key -> one-line description); the core adds its own
-    common keys (``config.CORE_KEYS``).
+    Several distributions may serve one transport name (e.g. ``rdma`` for CPU nodes from
+    one package and for an FPGA controller from another); resolution maps each
+    (name, hardware, role) to exactly one record. ``library`` maps a served pair to the
+    path of a shared library exporting the backend entry symbol of ``backline.h``.
+    ``runs_in`` lists where this part's coprocessors may run (:data:`RUNS_IN` values; the
+    first is the default of a coprocessor that does not say). ``init_args`` documents the
+    configuration keys the backend reads (key -> one-line description); the backend's
+    own ``config_keys`` and its open hook are what accept or refuse them.
     ``needs_endpoint`` says whether a coprocessor must carry a network ``Endpoint``.
+    ``distribution`` is filled in by the registry.
     """
 
     name: str
     summary: str
     serves: tuple[tuple[str, str], ...]
     library: Callable[[str, str], str]
-    localities: tuple[str, ...] = ()
+    runs_in: tuple[str, ...] = ("process",)
     needs_endpoint: bool = False
     init_args: Mapping[str, str] = field(default_factory=dict)
+    distribution: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "serves", tuple(tuple(p) for p in self.serves))
-        object.__setattr__(self, "localities", tuple(self.localities))
+        object.__setattr__(self, "runs_in", tuple(self.runs_in))
         object.__setattr__(self, "init_args", _frozen(self.init_args))
         for hardware, role in self.serves:
             if hardware not in HARDWARE or role not in ROLES:
@@ -78,12 +88,15 @@ class Transport:
                     f"transport {self.name!r} declares it serves ({hardware!r}, {role!r}); "
                     f"hardware must be one of {HARDWARE} and role one of {ROLES}"
                 )
+        unknown = [r for r in self.runs_in if r not in RUNS_IN]
+        if unknown or not self.runs_in:
+            raise ValueError(
+                f"transport {self.name!r} declares runs_in={self.runs_in!r}; give one or more of {RUNS_IN}"
+            )
 
     def describe(self) -> str:
         pairs = ", ".join(f"{h}/{r}" for h, r in self.serves)
-        text = f"serves {pairs}"
-        if self.localities:
-            text += f"; localities {', '.join(self.localities)}"
+        text = f"serves {pairs}; coprocessors run in {', '.join(self.runs_in)}"
         if self.needs_endpoint:
             text += "; needs a network endpoint"
         return text
@@ -101,6 +114,7 @@ class Decoder:
     summary: str
     build: Callable[..., Any]
     hardware: tuple[str, ...] = ("cpu",)
+    distribution: str = ""
 
     def describe(self) -> str:
         return f"runs on {', '.join(self.hardware)}"
@@ -113,6 +127,7 @@ class _Loadable:
     name: str
     summary: str
     load: Callable[[], Any]
+    distribution: str = ""
 
     def describe(self) -> str:
         return self.summary
@@ -126,8 +141,12 @@ class Pass(_Loadable):
     """A compiler pass, loaded lazily by its kebab-case name."""
 
 
+@dataclass(frozen=True, kw_only=True)
 class Device(_Loadable):
     """A quantum-device runtime (the ABI is ``backline/device.h``).
+
+    ``pennylane_devices`` names the PennyLane devices (``qml.device(name)``) whose
+    operations this runtime executes when such a device is a controller's ``device``.
 
     ``load()`` returns either a ``str``, the path of a shared library exporting
     ``backline_device_v1`` (``BL_DEVICE_ENTRY``), or an ``int``, the address of a
@@ -135,6 +154,12 @@ class Device(_Loadable):
     which must stay valid while the process runs. :class:`backline_core.device.QuantumDevice`
     opens either.
     """
+
+    pennylane_devices: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        backs = f" (backs {', '.join(self.pennylane_devices)})" if self.pennylane_devices else ""
+        return self.summary + backs
 
 
 class RoundDriver(_Loadable):

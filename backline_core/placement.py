@@ -2,11 +2,12 @@
 
 A :class:`Placement` has one :class:`Controller`, any number of :class:`Coprocessor`
 nodes and the name of the transport plugin between them. Every object is a frozen,
-hashable value validated when it is built, so an invalid placement fails here, with a
-message that says what to change, rather than later in the compiler or the runtime.
+hashable value that checks its own shape when it is built (types, names, ranges) and
+consults no plugin: whether the installed plugins can run it is decided in one step,
+:func:`backline_core.resolution.resolve`.
 
-The model is pure Python; :mod:`backline_core.serialization` gives it two stable text
-forms (the MLIR-style attribute the compiler carries, and JSON).
+:mod:`backline_core.serialization` gives a placement its dict and JSON forms; the
+compiler carries it as a typed IR attribute of its own.
 """
 
 from __future__ import annotations
@@ -20,12 +21,21 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from . import config, plugins
+from . import config
+from ._native import lib
 from .coprocessor_function import CoprocessorFunction
 from .errors import PlacementError
-from .hookspecs import HARDWARE
+from .hookspecs import HARDWARE, RUNS_IN as _RUNS_IN_NAMES
 
-_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: The session-key rule of backline.h (BL_KEY_MAX_LEN); node names are session keys.
+_NODE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{lib.BL_KEY_MAX_LEN - 1}}}")
+#: ``Coprocessor.runs_in`` value -> the ``bl_runs_in`` constant of backline.h.
+RUNS_IN: Mapping[str, int] = MappingProxyType({
+    "controller-thread": lib.BL_RUNS_CONTROLLER_THREAD,
+    "thread": lib.BL_RUNS_THREAD,
+    "process": lib.BL_RUNS_PROCESS,
+})
+assert tuple(RUNS_IN) == _RUNS_IN_NAMES
 #: Also the syntax of a bare key in the attribute form, so a valid qec_code never needs quoting.
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 _LABEL_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
@@ -49,7 +59,7 @@ _PORT_OPTIONS = ("port", "ssh_port")
 def _check_port(port: Any, what: str) -> None:
     # bool is an int subclass; True as a port is always a mistake.
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-        raise PlacementError(f"{what} {port!r} is not a port: pass an int from 1 to 65535")
+        raise PlacementError(f"{what} {_short(port)} is not a port: pass an int from 1 to 65535")
 
 
 def _check_host(host: Any, what: str) -> None:
@@ -171,7 +181,8 @@ def _check_init_args(args: Mapping[str, Any], who: str) -> None:
 class Node:
     """Fields every node has. Build a :class:`Controller` or a :class:`Coprocessor`.
 
-    ``name`` is the session key (empty: the placement assigns a default);
+    ``name`` is the session key (empty: the placement assigns a default): 1 to 64 letters,
+    digits, ``_``, ``.``, ``-``, starting with a letter or a digit;
     ``remote``/``executor_options`` say whether and how the node runs out of process;
     ``init_args`` configure its transport session (see :mod:`backline_core.config`).
     Mappings are stored read-only, and left out of the hash (equality still compares them).
@@ -191,7 +202,8 @@ class Node:
             raise PlacementError("Node is an abstract base: build a Controller(...) or a Coprocessor(...)")
         if not isinstance(self.name, str) or (self.name and not _NODE_NAME.fullmatch(self.name)):
             raise PlacementError(
-                f"{self._ROLE} name {self.name!r} is invalid: use 1-64 characters of letters, digits, '_', '.', '-' "
+                f"{self._ROLE} name {self.name!r} is invalid: use 1-{lib.BL_KEY_MAX_LEN} characters of letters, "
+                "digits, '_', '.', '-' "
                 "starting with a letter or digit (or leave it empty for a default name)"
             )
         who = f"{self._ROLE} {self.name!r}" if self.name else f"the {self._ROLE}"
@@ -255,14 +267,25 @@ class Coprocessor(Node):
 
     ``coprocessor_fn`` is a decoder plugin name, a :class:`CoprocessorFunction`, or a
     Python callable ``fn(decoder_id, payload) -> bytes`` (wrapped into a CoprocessorFunction).
+    ``runs_in`` says where it runs relative to the controller: ``"controller-thread"`` (the
+    controller's own thread runs it at post time), ``"thread"`` (a thread of the
+    controller's process), ``"process"`` (another local process, which ``deploy`` starts);
+    ``None`` takes the transport's default. The transport must support it (resolution checks).
     """
 
     coprocessor_fn: str | CoprocessorFunction | Callable[..., Any]
+    runs_in: str | None = None
 
     _ROLE = "coprocessor"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.runs_in is not None and self.runs_in not in RUNS_IN:
+            who = f"coprocessor {self.name!r}" if self.name else "the coprocessor"
+            raise PlacementError(
+                f"{who}: runs_in={self.runs_in!r} is not a place; use one of {', '.join(map(repr, RUNS_IN))} "
+                "(or None for the transport's default)"
+            )
         fn = self.coprocessor_fn
         if isinstance(fn, str):
             if not fn:
@@ -284,6 +307,8 @@ def _rebuild(cls: type, kwargs: dict[str, Any]) -> Any:
 
 
 def _short(obj: Any) -> str:
+    if isinstance(obj, int) and obj.bit_length() > 128:
+        return f"<an integer of {obj.bit_length()} bits>"
     text = repr(obj)
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -293,24 +318,14 @@ class Placement:
     """A controller, its coprocessors and the transport joining them.
 
     Nodes left unnamed get default names ("controller", "coprocessor0", ...); the
-    stored nodes carry their final names. The transport must be a plugin; the example
-    registers one in process so it runs with only the core installed.
+    stored nodes carry their final names. Building one checks its shape only; which
+    plugins run it is :func:`backline_core.resolution.resolve`'s business.
 
-    >>> from backline_core import Transport, hookimpl, plugins
     >>> from backline_core.placement import Controller, Coprocessor, Placement
-    >>> class Demo:
-    ...     @hookimpl
-    ...     def backline_transports(self):
-    ...         return [Transport(name="demo", summary="an example", library=lambda h, r: "/x.so",
-    ...                           serves=(("cpu", "controller"), ("cpu", "coprocessor")))]
-    >>> demo = Demo()
-    >>> plugins.register(demo)
-    >>> def echo(decoder_id, payload):
-    ...     return payload
-    >>> p = Placement(controller=Controller(), coprocessors=[Coprocessor(coprocessor_fn=echo)], transport="demo")
+    >>> p = Placement(controller=Controller(), coprocessors=[Coprocessor(coprocessor_fn="steane")],
+    ...               transport="any-transport")
     >>> [node.name for node in p.nodes], p.transport
-    (['controller', 'coprocessor0'], 'demo')
-    >>> plugins.unregister(demo)
+    (['controller', 'coprocessor0'], 'any-transport')
     """
 
     controller: Controller
@@ -341,35 +356,6 @@ class Placement:
 
         if not isinstance(self.transport, str) or not self.transport:
             raise PlacementError(f"transport must be the name of a transport plugin (a str), not {self.transport!r}")
-        record = plugins.get("transport", self.transport)  # UnknownPluginError lists what is installed
-        object.__setattr__(self, "_transport_record", record)
-
-        served = ", ".join(f"{h}/{r}" for h, r in record.serves) or "nothing"
-        for node, label in zip(nodes, labels):
-            if (node.hardware, node.role) not in record.serves:
-                raise PlacementError(
-                    f"transport {record.name!r} does not serve {node.hardware}/{node.role} (node {label!r}); "
-                    f"it serves {served}: change the node's hardware or choose a transport that serves it"
-                )
-        if record.needs_endpoint:
-            for node, label in zip(coprocessors, labels[1:]):
-                if node.endpoint is None:
-                    raise PlacementError(
-                        f"transport {record.name!r} needs a network endpoint on each coprocessor: pass "
-                        f"endpoint=Endpoint(host=..., port=...) (coprocessor {label!r} has none)"
-                    )
-        known = {**config.CORE_KEYS, **record.init_args}
-        for node, label in zip(nodes, labels):
-            unknown = sorted(k for k in node.init_args if k not in known)
-            if unknown:
-                listed = "; ".join(f"{k} ({d})" for k, d in sorted(known.items()))
-                raise PlacementError(
-                    f"node {label!r} has init_args {unknown} that transport {record.name!r} does not accept; "
-                    f"known keys: {listed}"
-                )
-        for node in coprocessors:
-            if isinstance(node.coprocessor_fn, str):
-                plugins.get("decoder", node.coprocessor_fn)  # UnknownPluginError lists installed decoders
 
         named = tuple(n if n.name == label else dataclasses.replace(n, name=label) for n, label in zip(nodes, labels))
         seen: set[str] = set()
@@ -390,13 +376,7 @@ class Placement:
             )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Rebuild through the constructor: the plugin record may hold unpicklable callables.
         return (_rebuild, (type(self), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}))
-
-    @property
-    def transport_record(self) -> Any:
-        """The :class:`~backline_core.hookspecs.Transport` record of ``transport``."""
-        return self.__dict__["_transport_record"]
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -412,19 +392,6 @@ class Placement:
         raise PlacementError(f"no coprocessor named {name!r} in this placement; coprocessors: {names}")
 
     # -- serialized forms (see backline_core.serialization) --------------------------------
-
-    def to_attribute(self) -> str:
-        """The canonical ``#transport.backline<...>`` attribute text."""
-        from . import serialization  # lazy: serialization imports this module
-
-        return serialization.placement_to_attribute(self)
-
-    @classmethod
-    def from_attribute(cls, text: str) -> Placement:
-        """Parse the text :meth:`to_attribute` produces."""
-        from . import serialization
-
-        return serialization.placement_from_attribute(text)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict with ``"format": "backline.placement/1"``."""

@@ -1,10 +1,15 @@
 """Plugin discovery and loading.
 
-Entry points are read with stevedore: a single named plugin is loaded lazily
-(choosing ``memcpy`` never imports another transport), and a plugin that fails to
-import is recorded with its error instead of breaking the others. Every loaded
-plugin is registered with one pluggy ``PluginManager`` whose hook specs live in
-:mod:`backline_core.hookspecs`.
+Entry points are loaded with stevedore, one kind (entry-point group) at a time and, for a
+lookup by name, only the entry points of that name: choosing ``memcpy`` never imports
+another transport, and listing transports imports no compiler pass. A plugin that fails to
+import is recorded with its error and never stops the others (nor another distribution's
+plugin of the same name). Every loaded plugin is registered with one pluggy
+``PluginManager`` whose hook specs live in :mod:`backline_core.hookspecs`; one hook call
+per kind collects every plugin's records.
+
+Names are unique per kind, except transports: several distributions may each serve a
+part of one transport name, as long as no (name, hardware, role) is claimed twice.
 
 >>> from backline_core import plugins
 >>> plugins.get("decoder", "steane").name
@@ -13,22 +18,21 @@ plugin is registered with one pluggy ``PluginManager`` whose hook specs live in
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import threading
 import traceback
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pluggy
-from stevedore import _cache as _stevedore_cache
-from stevedore import driver, exception, extension
+from stevedore import extension, named
 
 from .errors import PluginError, UnknownPluginError
-from .hookspecs import ENTRY_POINT_GROUPS, PROJECT, RECORD_TYPES, BacklineSpecs
+from .hookspecs import ENTRY_POINT_GROUPS, PROJECT, RECORD_TYPES, BacklineSpecs, Transport
 
 _KIND_TO_GROUP = {kind: group for group, kind in ENTRY_POINT_GROUPS.items()}
+IN_PROCESS = "(registered in process)"
 
 
 @dataclass(frozen=True)
@@ -43,168 +47,10 @@ class PluginInfo:
     error: str | None = None
 
 
-class PluginRegistry:
-    """Loads plugins from entry points and keeps the records they provide."""
-
-    def __init__(self) -> None:
-        self.pm = pluggy.PluginManager(PROJECT)
-        self.pm.add_hookspecs(BacklineSpecs)
-        self._records: dict[tuple[str, str], Any] = {}
-        self._errors: dict[tuple[str, str], str] = {}
-        self._lock = threading.RLock()
-
-    # -- registration -----------------------------------------------------------------
-
-    def register(self, plugin: object, name: str | None = None) -> None:
-        """Register an in-process plugin object (a module or any object with hookimpls).
-
-        Its records become resolvable by name exactly like entry-point plugins.
-        """
-        with self._lock:
-            if not self.pm.is_registered(plugin):
-                self.pm.register(plugin, name=name)
-                try:
-                    self.pm.check_pending()
-                except pluggy.PluginValidationError as exc:
-                    # A misspelt hook must not poison the manager for every other plugin.
-                    self.pm.unregister(plugin)
-                    raise PluginError(
-                        f"plugin {name or plugin!r} implements a hook Backline does not define: {exc}; "
-                        "hook names are backline_transports, backline_decoders, backline_executors, "
-                        "backline_passes and backline_devices"
-                    ) from None
-            for kind in RECORD_TYPES:
-                for record in self._records_of(plugin, kind):
-                    self._records[(kind, record.name)] = record
-
-    def unregister(self, plugin: object) -> None:
-        """Remove a plugin registered with :meth:`register` and forget its records."""
-        with self._lock:
-            for kind in RECORD_TYPES:
-                for record in self._records_of(plugin, kind):
-                    self._records.pop((kind, record.name), None)
-            if self.pm.is_registered(plugin):
-                self.pm.unregister(plugin)
-
-    def _records_of(self, plugin: object, kind: str) -> list[Any]:
-        rtype, hook_name = RECORD_TYPES[kind]
-        others = [p for p in self.pm.get_plugins() if p is not plugin]
-        caller = self.pm.subset_hook_caller(hook_name, remove_plugins=others)
-        records: list[Any] = []
-        for batch in caller():
-            for record in batch or ():
-                if not isinstance(record, rtype):
-                    raise PluginError(
-                        f"plugin {plugin!r} returned {record!r} from {hook_name}(); "
-                        f"expected {rtype.__name__} records"
-                    )
-                records.append(record)
-        return records
-
-    # -- lookup -----------------------------------------------------------------------
-
-    def get(self, kind: str, name: str) -> Any:
-        """Return the record of ``kind`` registered under ``name``, loading it lazily."""
-        if kind not in _KIND_TO_GROUP:
-            raise ValueError(f"unknown plugin kind {kind!r}; kinds: {', '.join(_KIND_TO_GROUP)}")
-        with self._lock:
-            record = self._records.get((kind, name))
-            if record is not None:
-                return record
-            group = _KIND_TO_GROUP[kind]
-            try:
-                mgr = driver.DriverManager(
-                    namespace=group, name=name, invoke_on_load=False,
-                    on_load_failure_callback=_raise_load_failure,
-                )
-            except exception.NoMatches:
-                raise UnknownPluginError(kind, name, self.available(kind)) from None
-            except exception.MultipleMatches as exc:
-                raise PluginError(f"more than one installed package provides {kind} {name!r}: {exc}") from None
-            except _LoadFailure as exc:
-                self._errors[(kind, name)] = exc.text
-                raise PluginError(
-                    f"{kind} plugin {name!r} failed to load: {exc.text}"
-                    " (reinstall the package that provides it, or uninstall it)"
-                ) from exc.__cause__
-            self.register(mgr.driver, name=f"{group}:{name}")
-            record = self._records.get((kind, name))
-            if record is None:
-                provided = [n for (k, n) in self._records if k == kind]
-                raise PluginError(
-                    f"entry point {name!r} in group {group} loads {mgr.driver!r}, which provides no "
-                    f"{kind} named {name!r} (it provides: {', '.join(provided) or 'nothing'})"
-                )
-            return record
-
-    def available(self, kind: str) -> list[PluginInfo]:
-        """The plugins of one kind, loading each (errors are recorded, not raised)."""
-        return [info for info in self.listing() if info.kind == kind]
-
-    def listing(self) -> list[PluginInfo]:
-        """Every installed plugin of every kind, with its distribution and any load error."""
-        dists = _entry_point_distributions()
-        rows: list[PluginInfo] = []
-        for group, kind in ENTRY_POINT_GROUPS.items():
-            failures: dict[str, str] = {}
-
-            def on_failure(_mgr: Any, ep: Any, err: BaseException, failures=failures) -> None:
-                failures[ep.name] = _format_error(err)
-
-            mgr = extension.ExtensionManager(
-                namespace=group, invoke_on_load=False, on_load_failure_callback=on_failure
-            )
-            names = sorted({ext.name for ext in mgr.extensions} | set(failures))
-            loaded = {ext.name: ext.plugin for ext in mgr.extensions}
-            for name in names:
-                dist, version = dists.get((group, name), ("?", "?"))
-                error = failures.get(name)
-                serves = ""
-                if error is None:
-                    try:
-                        with self._lock:
-                            self.register(loaded[name], name=f"{group}:{name}")
-                            record = self._records.get((kind, name))
-                        if record is None:
-                            error = f"provides no {kind} named {name!r}"
-                        else:
-                            serves = record.describe()
-                    except Exception as exc:  # a broken plugin must not break the listing
-                        error = _format_error(exc)
-                if error is not None:
-                    self._errors[(kind, name)] = error
-                rows.append(PluginInfo(kind, name, dist, version, serves, error))
-        # In-process registrations (no entry point) are listed too.
-        seen = {(r.kind, r.name) for r in rows}
-        for (kind, name), record in sorted(self._records.items()):
-            if (kind, name) not in seen:
-                rows.append(PluginInfo(kind, name, "(registered in process)", "", record.describe()))
-        return rows
-
-    def refresh(self) -> None:
-        """Forget cached entry points and every registered plugin (in-process ones too),
-        e.g. after installing a package while this process runs."""
-        with self._lock:
-            extension.ExtensionManager.ENTRY_POINT_CACHE.clear()
-            # stevedore also keeps a per-process copy of its on-disk cache
-            internal = getattr(getattr(_stevedore_cache, "_c", None), "_internal", None)
-            if isinstance(internal, dict):
-                internal.clear()
-            importlib.invalidate_caches()
-            for plugin in list(self.pm.get_plugins()):
-                self.pm.unregister(plugin)
-            self._records.clear()
-            self._errors.clear()
-
-
-class _LoadFailure(Exception):
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-
-def _raise_load_failure(_mgr: Any, ep: Any, err: BaseException) -> None:
-    raise _LoadFailure(_format_error(err)) from err
+def _check_kind(kind: str) -> str:
+    if kind not in _KIND_TO_GROUP:
+        raise ValueError(f"unknown plugin kind {kind!r}; kinds: {', '.join(_KIND_TO_GROUP)}")
+    return _KIND_TO_GROUP[kind]
 
 
 def _format_error(err: BaseException) -> str:
@@ -212,13 +58,214 @@ def _format_error(err: BaseException) -> str:
     return lines[-1].strip() if lines else repr(err)
 
 
-def _entry_point_distributions() -> dict[tuple[str, str], tuple[str, str]]:
-    out: dict[tuple[str, str], tuple[str, str]] = {}
-    for dist in importlib.metadata.distributions():
-        for ep in dist.entry_points:
-            if ep.group in ENTRY_POINT_GROUPS:
-                out.setdefault((ep.group, ep.name), (dist.metadata["Name"], dist.version))
-    return out
+def _record_callable(record: Any) -> Any:
+    return getattr(record, "library", None) or getattr(record, "build", None) or getattr(record, "load", None)
+
+
+class PluginRegistry:
+    """Loads plugins from entry points and collects the records they provide."""
+
+    def __init__(self) -> None:
+        self.pm = pluggy.PluginManager(PROJECT)
+        self.pm.add_hookspecs(BacklineSpecs)
+        self._lock = threading.RLock()
+        self._attempted: set[tuple[str, str]] = set()  # (group, entry-point name) loaded or tried
+        self._group_loaded: set[str] = set()  # groups whose every entry point was tried
+        self._errors: dict[tuple[str, str, str], str] = {}  # (kind, name, distribution) -> load error
+        self._package_dist: dict[str, str] = {}  # top-level package of a loaded plugin -> distribution
+        self._records: dict[str, list[Any]] = {}  # kind -> records of the last hook call
+        self._dists: dict[tuple[str, str, str], tuple[str, str]] | None = None
+        #: bumped whenever the set of registered plugins changes (resolution caches on it)
+        self.generation = 0
+
+    # -- registration -----------------------------------------------------------------
+
+    def register(self, plugin: object, name: str | None = None) -> None:
+        """Register an in-process plugin object (a module or any object with hookimpls).
+
+        Its records become resolvable by name exactly like entry-point plugins; a name it
+        shares with an installed plugin is an error at lookup, naming both.
+        """
+        with self._lock:
+            if self.pm.is_registered(plugin):
+                return
+            self.pm.register(plugin, name=name)
+            self.generation += 1
+            try:
+                self.pm.check_pending()
+            except pluggy.PluginValidationError as exc:
+                # A misspelt hook must not poison the manager for every other plugin.
+                self.pm.unregister(plugin)
+                raise PluginError(
+                    f"plugin {name or plugin!r} implements a hook Backline does not define: {exc}; "
+                    "hook names are " + ", ".join(hook for _, hook in RECORD_TYPES.values())
+                ) from None
+            self._records.clear()
+
+    def unregister(self, plugin: object) -> None:
+        """Remove a plugin registered with :meth:`register` and forget its records."""
+        with self._lock:
+            if self.pm.is_registered(plugin):
+                self.pm.unregister(plugin)
+                self.generation += 1
+            self._records.clear()
+
+    # -- loading ----------------------------------------------------------------------
+
+    def _distributions(self) -> dict[tuple[str, str, str], tuple[str, str]]:
+        """(group, name, entry-point value) -> (distribution, version) of every installed entry point."""
+        if self._dists is None:
+            out: dict[tuple[str, str, str], tuple[str, str]] = {}
+            for dist in importlib.metadata.distributions():
+                for ep in dist.entry_points:
+                    if ep.group in ENTRY_POINT_GROUPS:
+                        out.setdefault((ep.group, ep.name, ep.value), (dist.metadata["Name"], dist.version))
+            self._dists = out
+        return self._dists
+
+    def _dist_of(self, group: str, name: str, value: str) -> tuple[str, str]:
+        return self._distributions().get((group, name, value), ("?", "?"))
+
+    def _load(self, kind: str, name: str | None = None) -> None:
+        """Import the entry points of ``kind`` (those called ``name``, or all) not tried yet."""
+        group = _check_kind(kind)
+        with self._lock:
+            if group in self._group_loaded or (name is not None and (group, name) in self._attempted):
+                return
+            failed: list[tuple[Any, BaseException]] = []
+
+            def on_failure(_mgr: Any, ep: Any, err: BaseException) -> None:
+                failed.append((ep, err))
+
+            common = dict(namespace=group, invoke_on_load=False, on_load_failure_callback=on_failure)
+            if name is None:
+                mgr: Any = extension.ExtensionManager(**common)
+            else:
+                mgr = named.NamedExtensionManager(names=[name], warn_on_missing_entrypoint=False, **common)
+            for ext in mgr.extensions:
+                ep = ext.entry_point
+                dist, _ = self._dist_of(group, ep.name, ep.value)
+                self._package_dist.setdefault(ep.value.split(":")[0].split(".")[0], dist)
+                if not self.pm.is_registered(ext.plugin):
+                    self.register(ext.plugin, name=f"{group}:{ep.name}:{ep.value}")
+                self._attempted.add((group, ep.name))
+            for ep, err in failed:
+                dist, _ = self._dist_of(group, ep.name, ep.value)
+                self._errors[(kind, ep.name, dist)] = _format_error(err)
+                self._attempted.add((group, ep.name))
+            if name is None:
+                self._group_loaded.add(group)
+            else:
+                self._attempted.add((group, name))
+            self._records.clear()
+
+    def records(self, kind: str) -> list[Any]:
+        """Every record of ``kind`` the registered plugins provide (one hook call)."""
+        _check_kind(kind)
+        with self._lock:
+            cached = self._records.get(kind)
+            if cached is not None:
+                return cached
+            rtype, hook_name = RECORD_TYPES[kind]
+            out: list[Any] = []
+            for batch in getattr(self.pm.hook, hook_name)():
+                if not isinstance(batch, (list, tuple)):
+                    raise PluginError(f"a plugin's {hook_name}() returned {batch!r}; return a list of {rtype.__name__}")
+                for record in batch:
+                    if not isinstance(record, rtype):
+                        raise PluginError(
+                            f"a plugin's {hook_name}() returned {record!r}; expected {rtype.__name__} records"
+                        )
+                    out.append(record if record.distribution else replace(record, distribution=self._origin(record)))
+            self._records[kind] = out
+            return out
+
+    def _origin(self, record: Any) -> str:
+        """The distribution a record comes from: the one whose entry point loaded its package."""
+        module = getattr(_record_callable(record), "__module__", None) or ""
+        return self._package_dist.get(module.split(".")[0], IN_PROCESS)
+
+    # -- lookup -----------------------------------------------------------------------
+
+    def _named(self, kind: str, name: str) -> list[Any]:
+        self._load(kind, name)
+        return [r for r in self.records(kind) if r.name == name]
+
+    def get(self, kind: str, name: str) -> Any:
+        """The record of ``kind`` named ``name`` (for a transport, the only part of that name)."""
+        found = self._named(kind, name)
+        if kind == "transport" and len(found) > 1:
+            parts = "; ".join(f"{r.distribution}: {r.describe()}" for r in found)
+            raise PluginError(
+                f"transport {name!r} is served by several distributions ({parts}); ask for the part that serves "
+                "a (hardware, role) pair with plugins.transport_backend(name, hardware, role)"
+            )
+        if len(found) > 1:
+            raise PluginError(
+                f"{kind} {name!r} is provided by more than one distribution: "
+                f"{' and '.join(sorted(r.distribution for r in found))}; uninstall one of them"
+            )
+        if not found:
+            self._raise_missing(kind, name)
+        return found[0]
+
+    def transport_parts(self, name: str) -> list[Transport]:
+        """Every distribution's part of transport ``name`` (an unknown name lists what exists)."""
+        found = self._named("transport", name)
+        if not found:
+            self._raise_missing("transport", name)
+        return found
+
+    def transport_backend(self, name: str, hardware: str, role: str) -> Transport:
+        """The one part of transport ``name`` that serves (hardware, role)."""
+        parts = self.transport_parts(name)
+        serving = [p for p in parts if (hardware, role) in p.serves]
+        if len(serving) > 1:
+            raise PluginError(
+                f"transport {name!r}: {hardware}/{role} is claimed by "
+                f"{' and '.join(sorted(p.distribution for p in serving))}; uninstall one of them"
+            )
+        if not serving:
+            from .errors import PlacementError
+
+            served = "; ".join(f"{p.distribution}: {p.describe()}" for p in parts)
+            raise PlacementError(
+                f"transport {name!r} has no backend for {hardware}/{role} ({served}): change the node's hardware, "
+                "choose a transport that serves it, or install the package that adds that part"
+            )
+        return serving[0]
+
+    def _raise_missing(self, kind: str, name: str) -> None:
+        broken = {d: e for (k, n, d), e in self._errors.items() if k == kind and n == name}
+        if broken:
+            text = "; ".join(f"{d}: {e}" for d, e in sorted(broken.items()))
+            raise PluginError(f"{kind} plugin {name!r} failed to load ({text}); reinstall the package that "
+                              "provides it, or uninstall it")
+        raise UnknownPluginError(kind, name, self.available(kind))
+
+    # -- listing ----------------------------------------------------------------------
+
+    def available(self, kind: str) -> list[PluginInfo]:
+        """The plugins of one kind (loading only that kind); load errors are rows, not raised."""
+        group = _check_kind(kind)
+        self._load(kind)
+        versions = {d: v for (g, _, _), (d, v) in self._distributions().items() if g == group}
+        rows: list[PluginInfo] = []
+        try:
+            records = self.records(kind)
+        except PluginError as exc:  # a plugin returning garbage must not hide the others
+            return [PluginInfo(kind, "?", "?", "?", "", str(exc))]
+        for record in records:
+            dist = record.distribution
+            rows.append(PluginInfo(kind, record.name, dist, versions.get(dist, ""), record.describe()))
+        for (k, name, dist), error in self._errors.items():
+            if k == kind:
+                rows.append(PluginInfo(kind, name, dist, versions.get(dist, "?"), "", error))
+        return sorted(rows, key=lambda r: (r.name, r.distribution))
+
+    def listing(self) -> list[PluginInfo]:
+        """Every installed plugin of every kind, with its distribution and any load error."""
+        return [row for kind in _KIND_TO_GROUP for row in self.available(kind)]
 
 
 _registry = PluginRegistry()
@@ -232,6 +279,11 @@ def registry() -> PluginRegistry:
 def get(kind: str, name: str) -> Any:
     """Shorthand for ``registry().get(kind, name)``."""
     return _registry.get(kind, name)
+
+
+def transport_backend(name: str, hardware: str, role: str) -> Transport:
+    """Shorthand for ``registry().transport_backend(name, hardware, role)``."""
+    return _registry.transport_backend(name, hardware, role)
 
 
 def register(plugin: object, name: str | None = None) -> None:
@@ -250,5 +302,5 @@ def listing() -> list[PluginInfo]:
 
 
 def names(kind: str) -> Iterable[str]:
-    """Names of the installed plugins of ``kind`` that load without error."""
-    return [info.name for info in _registry.available(kind) if info.error is None]
+    """Names of the installed plugins of ``kind`` that load (only that kind is loaded)."""
+    return sorted({info.name for info in _registry.available(kind) if info.error is None})

@@ -7,25 +7,28 @@ set_coprocessor_fn (coprocessor), start, rounds, stop, destroy.
 
 >>> from backline_core import Session, plugins
 >>> if "memcpy" in plugins.names("transport"):
-...     with Session.open("memcpy", "coprocessor", "doc", functions=["echo"], config="locality=inline") as cop, \\
+...     with Session.open("memcpy", "coprocessor", "doc", functions=["echo"], runs_in="controller-thread") as cop, \\
 ...          Session.open("memcpy", "controller", "doc", in_bytes=8, out_bytes=8) as ctl:
 ...         assert ctl.round(b"syndrome") == b"syndrome"
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from . import plugins
+from .config import parse_config
 from .coprocessor_function import CoprocessorFunction
 from .errors import InvalidArgumentError, LifecycleError, PlacementError
 from .bound_function import BoundFunction
 from .native import check, ffi, lib
+from .placement import RUNS_IN
 
-ROLES = {"controller": 0, "coprocessor": 1}
+ROLES = {"controller": lib.BL_CONTROLLER, "coprocessor": lib.BL_COPROCESSOR}
 
 _bl_round = lib.bl_round  # bound once: the Python round path is per-round
 
@@ -41,16 +44,43 @@ def resolve_function(fn: str | CoprocessorFunction | Any) -> CoprocessorFunction
     raise PlacementError(f"{fn!r} is not a coprocessor function: pass a decoder name, a CoprocessorFunction or a callable")
 
 
-class Session:
-    """One side of a controller/coprocessor pair (see the module docstring)."""
+def c_string(value: str, what: str) -> bytes:
+    """``value`` encoded for C; a NUL inside would silently end the string there, so it is refused."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{what} must be a str, not {type(value).__name__}")
+    if "\0" in value:
+        raise InvalidArgumentError(f"{what} {value!r} contains a NUL character, where C would cut it short; remove it")
+    return value.encode()
 
-    def __init__(self, backend_library: str, role: str, key: str, config: str = "") -> None:
+
+def runs_in_code(role: str, runs_in: str | None) -> int:
+    """The ``bl_runs_in`` value for a session: a coprocessor's place, or where a controller expects it."""
+    if runs_in is None:
+        return lib.BL_RUNS_THREAD if role == "coprocessor" else lib.BL_RUNS_ANY
+    if runs_in not in RUNS_IN:
+        raise InvalidArgumentError(f"runs_in={runs_in!r} is not a place; use one of {', '.join(map(repr, RUNS_IN))}")
+    return RUNS_IN[runs_in]
+
+
+class Session:
+    """One side of a controller/coprocessor pair (see the module docstring).
+
+    A session's calls run on one thread at a time; :meth:`stop` and :meth:`destroy` may
+    come from any thread: a call in progress elsewhere returns a LifecycleError first.
+    """
+
+    def __init__(self, backend_library: str, role: str, key: str, config: str = "",
+                 runs_in: str | None = None) -> None:
         if role not in ROLES:
             raise InvalidArgumentError(f"role must be 'controller' or 'coprocessor', not {role!r}")
+        self._s = None
+        self._calls = 0  # calls in progress (other threads), so destroy waits for them
+        args = (c_string(backend_library, "backend library"), ROLES[role], c_string(key, "session key"),
+                c_string(config, "configuration"), runs_in_code(role, runs_in))
         out = ffi.new("bl_session **")
-        check(lib.bl_session_create(backend_library.encode(), ROLES[role], key.encode(), config.encode(), out))
+        check(lib.bl_session_create(*args, out))
         self._s = out[0]
-        self.role, self.key, self.config = role, key, config
+        self.role, self.key, self.config, self.runs_in = role, key, config, runs_in
         self._bound: list[BoundFunction] = []  # functions (and contexts) that must outlive the session
         self._out = ffi.new("uint8_t[]", 1)
         self._out_len = ffi.new("uint32_t *")
@@ -62,22 +92,28 @@ class Session:
     # -- construction -------------------------------------------------------------------
 
     @classmethod
-    def create(cls, transport: str, role: str, key: str, config: str = "", hardware: str = "cpu") -> Session:
-        """Create a session on the backend that ``transport`` provides for (hardware, role)."""
-        record = plugins.get("transport", transport)
-        if (hardware, role) not in record.serves:
-            raise PlacementError(
-                f"transport {transport!r} has no backend for {hardware}/{role}; it {record.describe()}"
-            )
-        return cls(record.library(hardware, role), role, key, config)
+    def create(cls, transport: str, role: str, key: str, config: str = "", hardware: str = "cpu",
+               runs_in: str | None = None) -> Session:
+        """Create a session on the backend that ``transport`` provides for (hardware, role).
+
+        A coprocessor's ``runs_in`` defaults to the transport's first; the transport must support it."""
+        record = plugins.transport_backend(transport, hardware, role)
+        if role == "coprocessor":
+            runs_in = runs_in or record.runs_in[0]
+            if runs_in not in record.runs_in:
+                raise PlacementError(
+                    f"transport {transport!r} ({record.distribution}) runs coprocessors in "
+                    f"{', '.join(record.runs_in)}, not {runs_in!r}"
+                )
+        return cls(record.library(hardware, role), role, key, config, runs_in)
 
     @classmethod
     def open(cls, transport: str, role: str, key: str, *, config: str = "", hardware: str = "cpu",
-             in_bytes: int = 0, out_bytes: int = 0,
+             runs_in: str | None = None, in_bytes: int = 0, out_bytes: int = 0,
              functions: Iterable[str | CoprocessorFunction | Any] = ()) -> Session:
         """Create a session and bring it up to started (controller: ``in_bytes``/``out_bytes``;
         coprocessor: ``functions``, each a function or a ``(function, decoder_ids)`` pair)."""
-        session = cls.create(transport, role, key, config, hardware)
+        session = cls.create(transport, role, key, config, hardware, runs_in)
         try:
             session.connect()
             session.alloc_memory()
@@ -98,15 +134,15 @@ class Session:
     # -- lifecycle ----------------------------------------------------------------------
 
     def connect(self) -> None:
-        check(lib.bl_connect(self._handle()))
+        self._call(lib.bl_connect)
 
     def connect_async(self) -> int:
         """Start connect on a worker thread; returns a token for :meth:`await_step`."""
-        return check(lib.bl_connect_async(self._handle()))
+        return self._call(lib.bl_connect_async)
 
     def exchange_keys_async(self) -> int:
         """Start alloc_memory + exchange_keys on a worker thread; returns a token."""
-        return check(lib.bl_exchange_keys_async(self._handle()))
+        return self._call(lib.bl_exchange_keys_async)
 
     @staticmethod
     def await_step(token: int) -> None:
@@ -114,17 +150,17 @@ class Session:
         check(lib.bl_await(token))
 
     def alloc_memory(self) -> None:
-        check(lib.bl_alloc_memory(self._handle()))
+        self._call(lib.bl_alloc_memory)
 
     def exchange_keys(self) -> None:
-        check(lib.bl_exchange_keys(self._handle()))
+        self._call(lib.bl_exchange_keys)
 
     def establish_channel(self) -> None:
-        check(lib.bl_establish_channel(self._handle()))
+        self._call(lib.bl_establish_channel)
 
     def set_message_sizes(self, in_bytes: int, out_bytes: int) -> None:
         """Controller: the largest request and reply of a round, in bytes."""
-        check(lib.bl_set_message_sizes(self._handle(), in_bytes, out_bytes))
+        self._call(lib.bl_set_message_sizes, in_bytes, out_bytes)
         self._out = ffi.new("uint8_t[]", max(out_bytes, 1))
 
     def set_coprocessor_fn(self, fn: str | CoprocessorFunction | Any,
@@ -136,31 +172,63 @@ class Session:
         self._bound.append(bound)
         cfn, ctx = bound.fn, bound.ctx
         for decoder_id in ids:
-            check(lib.bl_set_coprocessor_fn(self._handle(), decoder_id, cfn, ctx))
+            self._call(lib.bl_set_coprocessor_fn, decoder_id, cfn, ctx)
         return function
 
     def start(self) -> None:
-        check(lib.bl_start(self._handle()))
+        self._call(lib.bl_start)
 
     def stop(self) -> None:
-        """Stop the session; calling it again does nothing."""
-        if self._s is not None:
-            check(lib.bl_stop(self._s))
+        """Stop the session; calling it again does nothing. A call waiting on another thread returns."""
+        s = self._s
+        if s is not None:
+            check(lib.bl_stop(s))
 
     def destroy(self) -> None:
-        """Stop, unregister and free the session; calling it again does nothing."""
-        if self._s is None:
+        """Stop, unregister and free the session; calling it again does nothing.
+
+        A call in progress on another thread is stopped first and waited for (within twice
+        the session's timeout_ms and a second); it returns a LifecycleError there."""
+        s = self._s
+        if s is None:
             return
-        log = _recording.pop(_address(self._s), None)
+        log = _recording.pop(_address(s), None)
         if log is not None and log._live():
             log.close()  # while the session can still say how many rounds it saw
-        s, self._s = self._s, None
+        self._s = None  # from here on, calls on this object fail at once
+        if self._calls:
+            lib.bl_stop(s)
+            deadline = time.monotonic() + 2 * self._timeout_s() + 1.0
+            while self._calls and time.monotonic() < deadline:
+                time.sleep(0.0002)
+            if self._calls:
+                self._s = s  # still in use: freeing it now could crash the other thread
+                raise LifecycleError(
+                    f"{self.role} session {self.key!r}: a call on another thread did not return after stop; "
+                    "the session is stopped but not freed (destroy it again once that thread is done)"
+                )
         try:
             check(lib.bl_destroy(s))
         finally:
             for bound in self._bound:
                 bound.close()
             self._bound.clear()
+
+    def _timeout_s(self) -> float:
+        try:
+            values = parse_config(self.config)
+        except ValueError:
+            values = {}
+        ms = max(int(values.get(k, 0)) for k in ("timeout_ms", "connect_timeout_ms") if values.get(k, "0").isdigit())
+        return max(ms, lib.BL_DEFAULT_TIMEOUT_MS, lib.BL_DEFAULT_CONNECT_TIMEOUT_MS) / 1000
+
+    def _call(self, fn: Any, *args: Any) -> int:
+        """``fn(session, *args)`` with its status checked, counted so destroy can wait for it."""
+        self._calls += 1
+        try:
+            return check(fn(self._handle(), *args))
+        finally:
+            self._calls -= 1
 
     def __enter__(self) -> Session:
         return self
@@ -175,34 +243,35 @@ class Session:
             except Exception:
                 pass
 
-    def _handle(self):
-        if self._s is None:
-            raise LifecycleError(f"{self.role} session {self.key!r} was destroyed", code=-2, status="BL_ESTATE")
-        return self._s
+    def _handle(self) -> Any:
+        s = self._s
+        if s is None:
+            raise LifecycleError(f"{self.role} session {self.key!r} was destroyed")
+        return s
 
     # -- rounds (controller) ------------------------------------------------------------
 
     def stage_payload(self, payload: bytes | bytearray | memoryview, decoder_id: int = 0) -> None:
-        check(lib.bl_stage_payload(self._handle(), ffi.from_buffer(payload), len(payload), decoder_id))
+        self._call(lib.bl_stage_payload, ffi.from_buffer(payload), len(payload), decoder_id)
 
     def post(self) -> None:
-        check(lib.bl_post(self._handle()))
+        self._call(lib.bl_post)
 
     def collect(self) -> bytes:
         """Wait for the oldest in-flight reply and return a copy of it."""
-        check(lib.bl_collect(self._handle(), self._out, len(self._out), self._out_len))
+        self._call(lib.bl_collect, self._out, len(self._out), self._out_len)
         return bytes(ffi.buffer(self._out, self._out_len[0]))
 
     def collect_into(self, out: bytearray | memoryview) -> int:
         """Wait for the oldest in-flight reply, write it into ``out``; return its length."""
-        check(lib.bl_collect(self._handle(), ffi.from_buffer(out, require_writable=True), len(out), self._out_len))
+        self._call(lib.bl_collect, ffi.from_buffer(out, require_writable=True), len(out), self._out_len)
         return self._out_len[0]
 
     def reply_slot(self) -> memoryview:
         """Wait for the oldest in-flight reply and return a view of it in the reply ring.
 
         The view is valid until ``slots`` more rounds are posted."""
-        check(lib.bl_reply_slot(self._handle(), self._reply_ptr, self._out_len))
+        self._call(lib.bl_reply_slot, self._reply_ptr, self._out_len)
         return memoryview(ffi.buffer(self._reply_ptr[0], self._out_len[0]))
 
     def round(self, payload: bytes | bytearray | memoryview, decoder_id: int = 0) -> bytes:
@@ -215,14 +284,18 @@ class Session:
 
         Passing the same payload and out objects again reuses their native views, so a
         loop that refills preallocated buffers allocates nothing per round."""
-        if payload is not self._in_obj or out is not self._out_obj or self._s is None:
-            self._handle()
-            self._bind(payload, out)
-        rc = _bl_round(self._s, self._in_view, self._in_len, decoder_id, self._out_view, self._out_cap, self._out_len)
-        if rc:
-            self._handle()
-            check(rc)
-        return self._out_len[0]
+        self._calls += 1
+        try:
+            s = self._s
+            if payload is not self._in_obj or out is not self._out_obj or s is None:
+                s = self._handle()
+                self._bind(payload, out)
+            rc = _bl_round(s, self._in_view, self._in_len, decoder_id, self._out_view, self._out_cap, self._out_len)
+            if rc:
+                check(rc)
+            return self._out_len[0]
+        finally:
+            self._calls -= 1
 
     def _bind(self, payload: Any, out: Any) -> None:
         self._in_view, self._in_len = ffi.from_buffer(payload), len(payload)
@@ -243,17 +316,17 @@ class Session:
 
     def serve(self) -> None:
         """Coprocessor: answer requests on this thread until ``stop`` (blocks)."""
-        check(lib.bl_serve(self._handle()))
+        self._call(lib.bl_serve)
 
     def serve_pending(self) -> int:
         """Coprocessor: answer what has arrived; return how many."""
-        return check(lib.bl_serve_pending(self._handle()))
+        return self._call(lib.bl_serve_pending)
 
     @property
     def geometry(self) -> dict[str, int]:
         """slots, slot_bytes, in_bytes and out_bytes of this session."""
         vals = [ffi.new("uint32_t *") for _ in range(4)]
-        check(lib.bl_session_geometry(self._handle(), *vals))
+        self._call(lib.bl_session_geometry, *vals)
         return dict(zip(("slots", "slot_bytes", "in_bytes", "out_bytes"), (v[0] for v in vals)))
 
     def __repr__(self) -> str:
@@ -284,7 +357,7 @@ class RoundTripLog:
 
     >>> from backline_core import Session, plugins
     >>> if "memcpy" in plugins.names("transport"):
-    ...     with Session.open("memcpy", "coprocessor", "rtt-doc", functions=["echo"], config="locality=inline") as cop, \\
+    ...     with Session.open("memcpy", "coprocessor", "rtt-doc", functions=["echo"], runs_in="controller-thread") as cop, \\
     ...          Session.open("memcpy", "controller", "rtt-doc", in_bytes=8, out_bytes=8) as ctl:
     ...         log = RoundTripLog.attach("rtt-doc", capacity=2)
     ...         for _ in range(3):
@@ -297,15 +370,13 @@ class RoundTripLog:
         """Arm recording on ``handle``, a live ``bl_session *``; prefer :meth:`attach`."""
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 0:
             raise InvalidArgumentError(
-                f"capacity={capacity!r}: give the number of rounds to store, an int >= 0", code=-1, status="BL_EINVAL"
+                f"capacity={capacity!r}: give the number of rounds to store, an int >= 0"
             )
         address = _address(handle)
         other = _recording.get(address)
         if other is not None and other._live():
             raise LifecycleError(
-                f"{role} session {key!r} is already recorded by {other!r}; close that log first",
-                code=-2, status="BL_ESTATE",
-            )
+                f"{role} session {key!r} is already recorded by {other!r}; close that log first")
         self.role, self.key, self.capacity = role, key, capacity
         self._s = handle
         self._buf = np.zeros(max(capacity, 1), dtype=np.uint64)  # never empty: NULL would disarm
@@ -321,11 +392,11 @@ class RoundTripLog:
         Raises NotFoundError naming the key if there is none, LifecycleError for a coprocessor."""
         if role not in ROLES:
             raise InvalidArgumentError(
-                f"role must be 'controller' or 'coprocessor', not {role!r}", code=-1, status="BL_EINVAL"
+                f"role must be 'controller' or 'coprocessor', not {role!r}"
             )
-        handle = lib.bl_session_get(ROLES[role], key.encode())
+        handle = lib.bl_session_get(ROLES[role], c_string(key, "session key"))
         if handle == ffi.NULL:
-            check(-14)  # BL_ENOTFOUND, with the runtime's text naming the key
+            check(lib.BL_ENOTFOUND)  # with the runtime's text naming the key
         return cls(handle, role, key, capacity)
 
     def _live(self) -> bool:
@@ -336,9 +407,7 @@ class RoundTripLog:
         if not self._live():
             raise LifecycleError(
                 f"{self.role} session {self.key!r} was destroyed before its RoundTripLog was closed, so its "
-                "round count is lost; call close() before destroying the session",
-                code=-2, status="BL_ESTATE",
-            )
+                "round count is lost; call close() before destroying the session")
         return lib.bl_recorded_rtt(self._s)
 
     def close(self) -> None:

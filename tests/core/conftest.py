@@ -293,6 +293,7 @@ class StubBackend:
     path: str
     abi999_path: str
     null_hook_path: str
+    abi1_path: str
     ffi: Any
     lib: Any
 
@@ -320,12 +321,13 @@ def stub_backend(tmp_path_factory: pytest.TempPathFactory) -> StubBackend:
     path = compile_shared(src, build / "libtestbackend.so")
     abi999 = compile_shared(src, build / "libtestbackend_abi999.so", "TB_ABI=999")
     null_hook = compile_shared(src, build / "libtestbackend_nullhook.so", "TB_NULL_HOOK")
+    abi1 = compile_shared(src, build / "libtestbackend_abi1.so", "TB_ABI=1")  # built for the previous ABI
     ffi = cffi.FFI()
     ffi.cdef(TB_CDEF)
     # Held open for the whole run: the core's own dlopen of the same path shares this
     # copy, so the helpers see the rings of the sessions the core creates.
     lib = ffi.dlopen(str(path))
-    return StubBackend(str(path), str(abi999), str(null_hook), ffi, lib)
+    return StubBackend(str(path), str(abi999), str(null_hook), str(abi1), ffi, lib)
 
 
 _keys = itertools.count()

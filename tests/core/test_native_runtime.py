@@ -32,6 +32,7 @@ from backline_core.errors import (
     NothingPostedError,
     PayloadTooLargeError,
     PeerError,
+    PlacementError,
     RingFullError,
     TransportError,
     UnknownDecoderError,
@@ -39,9 +40,8 @@ from backline_core.errors import (
 from backline_core.native import check, ffi, last_error, lib
 from backline_core.session import Session
 
-REPO = Path(__file__).resolve().parents[2]
-# The project's shared data sits beside the checkout; BACKLINE_SHARED points elsewhere.
-STEANE_NPZ = Path(os.environ.get("BACKLINE_SHARED", REPO.parent / "shared")) / "data" / "codes" / "steane.npz"
+# The Steane code's matrices as test data (see data/README.md).
+STEANE_NPZ = Path(__file__).parent / "data" / "steane.npz"
 
 # The Steane code's X checks (Hz is the same matrix).
 HX = np.array(
@@ -50,8 +50,8 @@ HX = np.array(
      [0, 0, 1, 1, 0, 1, 1]],
     dtype=np.uint8,
 )
-# /work/shared/data/codes/README.md: "with check 0 as the most significant bit of a 3-bit
-# index, [-1, 6, 4, 5, 0, 3, 1, 2]" (the qubit to flip, -1 for none).
+# data/README.md: "with check 0 as the most significant bit of a 3-bit index,
+# [-1, 6, 4, 5, 0, 3, 1, 2]" (the qubit to flip, -1 for none).
 README_TABLE = [-1, 6, 4, 5, 0, 3, 1, 2]
 
 # Every function the two headers declare with BL_API.
@@ -167,7 +167,7 @@ def test_library_exports_the_api_and_no_backend_entry():
 
 
 def test_abi_version_and_status_names_agree_with_the_header():
-    assert lib.bl_abi_version() == lib.BACKLINE_ABI_VERSION == 1
+    assert lib.bl_abi_version() == lib.BACKLINE_ABI_VERSION == 2
     assert ffi.string(lib.bl_status_name(0)) == b"BL_OK"
     assert ffi.string(lib.bl_status_name(-99)) == b"BL_E?"
 
@@ -246,8 +246,6 @@ def steane_reference(source: str) -> dict[int, int]:
         return hx_corrections(HX)
     if source == "readme":
         return readme_corrections()
-    if not STEANE_NPZ.exists():
-        pytest.skip(f"{STEANE_NPZ} is absent")
     with np.load(STEANE_NPZ) as data:
         hx = np.asarray(data["Hx"], dtype=np.uint8)
         if "Hz" in data.files:
@@ -285,9 +283,9 @@ def test_steane_rejects_zero_out_cap():
 
 # ---- session creation without any transport ------------------------------------------------
 
-def new_session_raw(backend: str, role: int, key: str, config: str = ""):
+def new_session_raw(backend: str, role: int, key: str, config: str = "", runs_in: int = -1):
     out = ffi.new("bl_session **")
-    rc = lib.bl_session_create(backend.encode(), role, key.encode(), config.encode(), out)
+    rc = lib.bl_session_create(backend.encode(), role, key.encode(), config.encode(), runs_in, out)
     return rc, out[0]
 
 
@@ -316,6 +314,16 @@ def test_backend_of_another_abi_version(stub_backend):
     assert lib.bl_session_get(0, b"k-abi999") == ffi.NULL
 
 
+def test_backend_built_for_the_previous_abi_is_told_to_rebuild(stub_backend):
+    """ABI 2 changed bl_open_args and bl_host_api: an ABI 1 backend must be refused, not opened."""
+    for call in (lambda: Session(stub_backend.abi1_path, "coprocessor", "k-abi1"),
+                 lambda: check(lib.bl_config_check(stub_backend.abi1_path.encode(), 1, b"k-abi1", b"", 1))):
+        with pytest.raises(AbiError) as info:
+            call()
+        text = str(info.value)
+        assert "ABI 1" in text and f"ABI {lib.BACKLINE_ABI_VERSION}" in text and "rebuild" in text
+
+
 def test_backend_with_a_null_hook(stub_backend):
     with pytest.raises(AbiError, match="NULL"):
         Session(stub_backend.null_hook_path, "controller", "k-nullhook")
@@ -336,15 +344,42 @@ def test_bad_role_through_session(stub_backend):
         Session(stub_backend.path, "boss", "k-role")
 
 
-@pytest.mark.parametrize("key", ["", "a/b", "/dev/shm", "sp ace", "semi;colon", "x" * 128])
+@pytest.mark.parametrize("key", ["", "a/b", "/dev/shm", "sp ace", "semi;colon", "x" * (lib.BL_KEY_MAX_LEN + 1),
+                                 "_lead", ".lead", "-lead", "abc\0def"])
 def test_bad_keys(stub_backend, key):
     with pytest.raises(InvalidArgumentError, match="key"):
         Session(stub_backend.path, "coprocessor", key)
 
 
 def test_longest_key_is_accepted(pairs):
-    s = pairs.session("coprocessor", "k" * 127)
-    assert s.key == "k" * 127
+    s = pairs.session("coprocessor", "k" * lib.BL_KEY_MAX_LEN)
+    assert s.key == "k" * lib.BL_KEY_MAX_LEN
+
+
+def test_key_rule_is_one_rule_in_c_and_python(stub_backend):
+    """A node name Python accepts is a key C accepts, and the other way round (BL_KEY_MAX_LEN)."""
+    from backline_core.placement import Controller
+
+    for key in ("a", "0x", "k" * lib.BL_KEY_MAX_LEN, "a.b-c_d"):
+        Controller(name=key)
+        assert lib.bl_config_check(stub_backend.path.encode(), 1, key.encode(), b"", 1) == 0
+    for key in ("_a", "k" * (lib.BL_KEY_MAX_LEN + 1), "a b"):
+        with pytest.raises(PlacementError):
+            Controller(name=key)
+        assert lib.bl_config_check(stub_backend.path.encode(), 1, key.encode(), b"", 1) == lib.BL_EINVAL
+
+
+@pytest.mark.parametrize("config", ["slots=8\0;bogus=1", "\0"])
+def test_nul_in_config_is_refused_not_cut(stub_backend, config):
+    with pytest.raises(InvalidArgumentError, match="NUL"):
+        Session(stub_backend.path, "coprocessor", "k-nul", config)
+
+
+def test_runs_in_out_of_range_natively(stub_backend):
+    rc, s = new_session_raw(stub_backend.path, 1, "k-runs", runs_in=7)
+    assert rc == lib.BL_EINVAL and s == ffi.NULL
+    rc, s = new_session_raw(stub_backend.path, 1, "k-runs", runs_in=lib.BL_RUNS_ANY)
+    assert rc == lib.BL_EINVAL and "runs_in" in last_error()
 
 
 def test_session_get_unknown_key():

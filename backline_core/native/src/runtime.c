@@ -20,7 +20,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define KEY_MAX 128
+#define KEY_MAX (BL_KEY_MAX_LEN + 1)
 #define ERR_MAX 1024
 #define SESSION_MAGIC 0x42414b4c494e4531ull /* "BAKLINE1" */
 
@@ -74,8 +74,13 @@ struct bl_session {
     struct fn_binding *fns;
 
     int32_t role;
+    int32_t runs_in;
     char key[KEY_MAX];
     char *config;
+    char *cfg_buf;                              /* config with items split in place */
+    const char *cfg_key[BL_MAX_CONFIG_ITEMS];   /* parsed once; backends read via host api */
+    const char *cfg_val[BL_MAX_CONFIG_ITEMS];
+    uint32_t cfg_n;
     uint64_t connect_timeout_ns;
     uint32_t cfg_slots, cfg_slot_bytes;
     int slots_explicit, slot_bytes_explicit;
@@ -220,13 +225,14 @@ BL_API bl_session *bl_session_get(int32_t role, const char *key) {
 static const char *const core_keys[] = {"slots", "slot_bytes", "timeout_ms", "connect_timeout_ms",
                                         "idle_spin_us", NULL};
 
-static int key_in(const char *key, size_t n, const char *const *list) {
+static int key_in(const char *key, const char *const *list) {
     for (; list && *list; ++list)
-        if (strlen(*list) == n && strncmp(*list, key, n) == 0) return 1;
+        if (strcmp(*list, key) == 0) return 1;
     return 0;
 }
 
-static int parse_u64(const char *v, size_t n, uint64_t *out) {
+static int parse_u64(const char *v, uint64_t *out) {
+    size_t n = strlen(v);
     if (n == 0 || n > 19) return 0;
     uint64_t x = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -237,71 +243,109 @@ static int parse_u64(const char *v, size_t n, uint64_t *out) {
     return 1;
 }
 
-/* Validate the whole string (syntax, known keys) and read the core's keys. */
+static const char *cfg_lookup(const bl_session *s, const char *key) {
+    if (!s || !key) return NULL;
+    for (uint32_t i = 0; i < s->cfg_n; ++i)
+        if (strcmp(s->cfg_key[i], key) == 0) return s->cfg_val[i];
+    return NULL;
+}
+
+static const char *host_config_str(const bl_session *s, const char *key) { return cfg_lookup(s, key); }
+
+static int32_t host_config_int(const bl_session *s, const char *key, int64_t min, int64_t max, int64_t dflt,
+                               int64_t *out, char *err, size_t errlen) {
+    const char *v = cfg_lookup(s, key);
+    if (!v) {
+        *out = dflt;
+        return BL_OK;
+    }
+    const char *digits = *v == '-' ? v + 1 : v;
+    uint64_t x = 0;
+    if (!parse_u64(digits, &x) || x > (uint64_t)INT64_MAX || (*v == '-' ? -(int64_t)x : (int64_t)x) < min ||
+        (*v == '-' ? -(int64_t)x : (int64_t)x) > max) {
+        snprintf(err, errlen, "%s=%s: must be an integer from %lld to %lld", key, v, (long long)min, (long long)max);
+        return BL_EINVAL;
+    }
+    *out = *v == '-' ? -(int64_t)x : (int64_t)x;
+    return BL_OK;
+}
+
+static void known_keys(const bl_session *s, char *out, size_t n) {
+    out[0] = 0;
+    for (int pass = 0; pass < 2; ++pass)
+        for (const char *const *k = pass ? s->be->config_keys : core_keys; k && *k; ++k) {
+            size_t used = strlen(out);
+            snprintf(out + used, n - used, "%s%s", used ? ", " : "", *k);
+        }
+}
+
+/* Split the configuration once (syntax, repeats, known keys) and read the core's keys. */
 static int32_t parse_config(bl_session *s, const char *config) {
-    s->cfg_slots = 64;
-    s->cfg_slot_bytes = 256;
-    s->timeout_ns = 1000ull * 1000000ull;
-    s->connect_timeout_ns = 10000ull * 1000000ull;
-    s->idle_spin_ns = 10ll * 1000000ll;
-    const char *p = config;
-    while (p && *p) {
-        const char *end = strchr(p, ';');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        const char *eq = memchr(p, '=', len);
-        if (!eq || eq == p || eq == p + len - 1)
-            return fail(BL_EINVAL, "malformed configuration item '%.*s' in '%s': expected key=value pairs separated by ';'",
-                        (int)len, p, config);
-        size_t klen = (size_t)(eq - p), vlen = len - klen - 1;
-        const char *v = eq + 1;
-        if (memchr(v, '=', vlen))
-            return fail(BL_EINVAL, "malformed configuration item '%.*s' in '%s': a value may not contain '='", (int)len, p, config);
-        for (const char *q = config; q < p;) { /* earlier items: is this key repeated? */
-            const char *qe = strchr(q, ';');
-            const char *qeq = memchr(q, '=', (size_t)(qe - q));
-            if (qeq && (size_t)(qeq - q) == klen && !strncmp(q, p, klen))
-                return fail(BL_EINVAL, "configuration key '%.*s' is given twice in '%s'", (int)klen, p, config);
-            q = qe + 1;
+    s->cfg_slots = BL_DEFAULT_SLOTS;
+    s->cfg_slot_bytes = BL_DEFAULT_SLOT_BYTES;
+    s->timeout_ns = (uint64_t)BL_DEFAULT_TIMEOUT_MS * 1000000ull;
+    s->connect_timeout_ns = (uint64_t)BL_DEFAULT_CONNECT_TIMEOUT_MS * 1000000ull;
+    s->idle_spin_ns = (int64_t)BL_DEFAULT_IDLE_SPIN_US * 1000;
+    s->cfg_n = 0;
+    s->cfg_buf = strdup(config);
+    if (!s->cfg_buf) return fail(BL_ENOMEM, "configuration: out of memory");
+    if (!*config) return BL_OK;
+    size_t total = strlen(config);
+    if (config[total - 1] == ';')
+        return fail(BL_EINVAL, "malformed configuration '%s': it ends with ';' (drop it)", config);
+    for (char *p = s->cfg_buf; p;) {
+        char *end = strchr(p, ';');
+        if (end) *end = 0;
+        char *eq = strchr(p, '=');
+        if (!eq || eq == p || !eq[1])
+            return fail(BL_EINVAL, "malformed configuration item '%s' in '%s': expected key=value pairs separated by ';'",
+                        p, config);
+        *eq = 0;
+        const char *key = p, *v = eq + 1;
+        if (strchr(v, '='))
+            return fail(BL_EINVAL, "malformed configuration item '%s=%s' in '%s': a value may not contain '='", key, v, config);
+        if (cfg_lookup(s, key))
+            return fail(BL_EINVAL, "configuration key '%s' is given twice in '%s'", key, config);
+        if (!key_in(key, core_keys) && !key_in(key, s->be->config_keys)) {
+            char known[512];
+            known_keys(s, known, sizeof known);
+            return fail(BL_EINVAL, "unknown configuration key '%s' for transport '%s' (known keys: %s)", key,
+                        s->be->name, known);
         }
-        if (!key_in(p, klen, core_keys) && !key_in(p, klen, s->be->config_keys)) {
-            char known[512] = "";
-            for (const char *const *k = core_keys; *k; ++k) strncat(known, *k, sizeof known - strlen(known) - 3), strcat(known, ", ");
-            for (const char *const *k = s->be->config_keys; k && *k; ++k) strncat(known, *k, sizeof known - strlen(known) - 3), strcat(known, ", ");
-            known[strlen(known) > 2 ? strlen(known) - 2 : 0] = 0;
-            return fail(BL_EINVAL, "unknown configuration key '%.*s' for transport '%s' (known keys: %s)",
-                        (int)klen, p, s->be->name, known);
-        }
+        if (s->cfg_n == BL_MAX_CONFIG_ITEMS)
+            return fail(BL_EINVAL, "configuration '%s' has more than %u items", config, BL_MAX_CONFIG_ITEMS);
+        s->cfg_key[s->cfg_n] = key;
+        s->cfg_val[s->cfg_n++] = v;
         uint64_t x = 0;
-        int numeric = parse_u64(v, vlen, &x);
-        if (klen == 5 && !strncmp(p, "slots", 5)) {
-            if (!numeric || x < 1 || x > (1u << 20) || (x & (x - 1)))
-                return fail(BL_EINVAL, "slots=%.*s: must be a power of two between 1 and 1048576", (int)vlen, v);
+        int numeric = parse_u64(v, &x);
+        if (!strcmp(key, "slots")) {
+            if (!numeric || x < 1 || x > BL_MAX_SLOTS || (x & (x - 1)))
+                return fail(BL_EINVAL, "slots=%s: must be a power of two from 1 to %u", v, BL_MAX_SLOTS);
             s->cfg_slots = (uint32_t)x;
             s->slots_explicit = 1;
-        } else if (klen == 10 && !strncmp(p, "slot_bytes", 10)) {
-            if (!numeric || x < BL_SLOT_ALIGN || x % BL_SLOT_ALIGN || x > (1u << 24))
-                return fail(BL_EINVAL, "slot_bytes=%.*s: must be a multiple of 64 between 64 and 16777216 (it includes the %u-byte frame header)",
-                            (int)vlen, v, BL_FRAME_HEADER_BYTES);
+        } else if (!strcmp(key, "slot_bytes")) {
+            if (!numeric || x < BL_SLOT_ALIGN || x % BL_SLOT_ALIGN || x > BL_MAX_SLOT_BYTES)
+                return fail(BL_EINVAL, "slot_bytes=%s: must be a multiple of %u from %u to %u (it includes the %u-byte frame header)",
+                            v, BL_SLOT_ALIGN, BL_SLOT_ALIGN, BL_MAX_SLOT_BYTES, BL_FRAME_HEADER_BYTES);
             s->cfg_slot_bytes = (uint32_t)x;
             s->slot_bytes_explicit = 1;
-        } else if (klen == 10 && !strncmp(p, "timeout_ms", 10)) {
-            if (!numeric || x < 1 || x > 86400000ull)
-                return fail(BL_EINVAL, "timeout_ms=%.*s: must be an integer between 1 and 86400000", (int)vlen, v);
+        } else if (!strcmp(key, "timeout_ms")) {
+            if (!numeric || x < 1 || x > BL_MAX_TIMEOUT_MS)
+                return fail(BL_EINVAL, "timeout_ms=%s: must be an integer from 1 to %u", v, BL_MAX_TIMEOUT_MS);
             s->timeout_ns = x * 1000000ull;
-        } else if (klen == 18 && !strncmp(p, "connect_timeout_ms", 18)) {
-            if (!numeric || x < 1 || x > 86400000ull)
-                return fail(BL_EINVAL, "connect_timeout_ms=%.*s: must be an integer between 1 and 86400000", (int)vlen, v);
+        } else if (!strcmp(key, "connect_timeout_ms")) {
+            if (!numeric || x < 1 || x > BL_MAX_TIMEOUT_MS)
+                return fail(BL_EINVAL, "connect_timeout_ms=%s: must be an integer from 1 to %u", v, BL_MAX_TIMEOUT_MS);
             s->connect_timeout_ns = x * 1000000ull;
-        } else if (klen == 12 && !strncmp(p, "idle_spin_us", 12)) {
-            if (vlen == 2 && !strncmp(v, "-1", 2))
+        } else if (!strcmp(key, "idle_spin_us")) {
+            if (!strcmp(v, "-1"))
                 s->idle_spin_ns = -1;
-            else if (numeric && x <= 3600000000ull)
+            else if (numeric && x <= BL_MAX_IDLE_SPIN_US)
                 s->idle_spin_ns = (int64_t)x * 1000;
             else
-                return fail(BL_EINVAL, "idle_spin_us=%.*s: must be -1 (never sleep) or microseconds >= 0", (int)vlen, v);
+                return fail(BL_EINVAL, "idle_spin_us=%s: must be -1 (never sleep) or microseconds from 0 to %llu", v,
+                            (unsigned long long)BL_MAX_IDLE_SPIN_US);
         }
-        if (end && !end[1])
-            return fail(BL_EINVAL, "malformed configuration '%s': it ends with ';' (drop it)", config);
         p = end ? end + 1 : NULL;
     }
     return BL_OK;
@@ -314,21 +358,44 @@ static const bl_host_api host_api = {
     .serve = bl_serve,
     .serve_pending = bl_serve_pending,
     .now_ns = bl_now_ns,
+    .config_str = host_config_str,
+    .config_int = host_config_int,
 };
 
-BL_API int32_t bl_session_create(const char *backend_lib, int32_t role, const char *key,
-                                 const char *config, bl_session **out) {
-    if (!out) return fail(BL_EINVAL, "bl_session_create: out is NULL");
+static int key_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+}
+
+static int32_t check_key(const char *key) {
+    if (!key || !*key || strlen(key) > BL_KEY_MAX_LEN)
+        return fail(BL_EINVAL, "session key must be 1 to %u characters", BL_KEY_MAX_LEN);
+    if (key[0] == '_' || key[0] == '-' || key[0] == '.')
+        return fail(BL_EINVAL, "session key '%s' must start with a letter or a digit", key);
+    for (const char *c = key; *c; ++c)
+        if (!key_char(*c))
+            return fail(BL_EINVAL, "session key '%s' may only contain letters, digits, '_', '-' and '.'", key);
+    return BL_OK;
+}
+
+static void free_session(bl_session *s) {
+    free(s->cfg_buf);
+    free(s->config);
+    free(s);
+}
+
+/* Load the backend, check the arguments, parse the configuration: a session that is not
+ * registered and has no backend instance yet. */
+static int32_t new_session(const char *backend_lib, int32_t role, const char *key, const char *config,
+                           int32_t runs_in, bl_session **out) {
     *out = NULL;
     if (!backend_lib || !*backend_lib) return fail(BL_EINVAL, "bl_session_create: backend_lib is empty");
     if (role != BL_CONTROLLER && role != BL_COPROCESSOR)
         return fail(BL_EINVAL, "bl_session_create: role %d is neither 0 (controller) nor 1 (coprocessor)", role);
-    if (!key || !*key || strlen(key) >= KEY_MAX)
-        return fail(BL_EINVAL, "bl_session_create: key must be 1..%d characters", KEY_MAX - 1);
-    for (const char *c = key; *c; ++c)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-              *c == '_' || *c == '-' || *c == '.'))
-            return fail(BL_EINVAL, "bl_session_create: key '%s' may only contain letters, digits, '_', '-' and '.'", key);
+    if (runs_in < BL_RUNS_ANY || runs_in > BL_RUNS_PROCESS || (role == BL_COPROCESSOR && runs_in == BL_RUNS_ANY))
+        return fail(BL_EINVAL, "bl_session_create: runs_in %d is not a bl_runs_in%s", runs_in,
+                    role == BL_COPROCESSOR ? " a coprocessor can run in (0, 1 or 2)" : " (-1 to 2)");
+    int32_t rc = check_key(key);
+    if (rc) return rc;
 
     void *dl = dlopen(backend_lib, RTLD_NOW | RTLD_LOCAL);
     if (!dl) return fail(BL_EBACKEND, "cannot load transport backend '%s': %s", backend_lib, dlerror());
@@ -342,7 +409,8 @@ BL_API int32_t bl_session_create(const char *backend_lib, int32_t role, const ch
     if (!be || be->abi_version != BACKLINE_ABI_VERSION) {
         uint32_t v = be ? be->abi_version : 0;
         dlclose(dl);
-        return fail(BL_EABI, "backend '%s' was built for Backline ABI %u, this runtime is ABI %d; rebuild the plugin",
+        return fail(BL_EABI, "backend '%s' was built for Backline ABI %u, this runtime is ABI %d; rebuild the plugin "
+                    "against this backline-core (pip install --no-build-isolation --force-reinstall <plugin>)",
                     backend_lib, v, BACKLINE_ABI_VERSION);
     }
     if (!be->open || !be->connect || !be->alloc_memory || !be->exchange_keys ||
@@ -350,8 +418,6 @@ BL_API int32_t bl_session_create(const char *backend_lib, int32_t role, const ch
         dlclose(dl);
         return fail(BL_EABI, "backend '%s' leaves a required hook NULL", backend_lib);
     }
-
-    bl__calibrate_ticks();
     bl_session *s = calloc(1, sizeof *s);
     if (!s) {
         dlclose(dl);
@@ -359,16 +425,60 @@ BL_API int32_t bl_session_create(const char *backend_lib, int32_t role, const ch
     }
     s->magic = SESSION_MAGIC;
     s->role = role;
+    s->runs_in = runs_in;
     s->be = be;
     s->dl = dl;
     snprintf(s->key, sizeof s->key, "%s", key);
     s->config = strdup(config ? config : "");
-    int32_t rc = parse_config(s, s->config);
-    if (rc != BL_OK) goto fail_free;
+    rc = s->config ? parse_config(s, s->config) : fail(BL_ENOMEM, "bl_session_create: out of memory");
+    if (rc != BL_OK) {
+        free_session(s);
+        dlclose(dl);
+        return rc;
+    }
+    *out = s;
+    return BL_OK;
+}
 
+static int32_t open_backend(bl_session *s, int check_only) {
+    bl_open_args args = {
+        .abi_version = BACKLINE_ABI_VERSION, .role = s->role, .key = s->key, .config = s->config,
+        .slots = s->cfg_slots, .slot_bytes = s->cfg_slot_bytes, .session = s, .host = &host_api,
+        .runs_in = s->runs_in, .check_only = check_only,
+    };
+    char err[ERR_MAX / 2] = "";
+    int32_t rc = s->be->open(&args, &s->impl, err, sizeof err);
+    if (rc != BL_OK)
+        return fail(rc, "%s backend: open (%s '%s') failed: %s", s->be->name, role_name(s->role), s->key,
+                    *err ? err : bl_status_name(rc));
+    return BL_OK;
+}
+
+BL_API int32_t bl_config_check(const char *backend_lib, int32_t role, const char *key, const char *config,
+                               int32_t runs_in) {
+    bl_session *s;
+    int32_t rc = new_session(backend_lib, role, key, config, runs_in, &s);
+    if (rc) return rc;
+    rc = open_backend(s, 1);
+    if (rc == BL_OK) s->be->close(s->impl);
+    void *dl = s->dl;
+    free_session(s);
+    dlclose(dl);
+    return rc;
+}
+
+BL_API int32_t bl_session_create(const char *backend_lib, int32_t role, const char *key,
+                                 const char *config, int32_t runs_in, bl_session **out) {
+    if (!out) return fail(BL_EINVAL, "bl_session_create: out is NULL");
+    bl__calibrate_ticks();
+    bl_session *s;
+    int32_t rc = new_session(backend_lib, role, key, config, runs_in, &s);
+    if (rc) {
+        *out = NULL;
+        return rc;
+    }
     pthread_mutex_lock(&registry_lock);
-    bl_session *other = registry_find(role, key);
-    if (other) {
+    if (registry_find(role, key)) {
         pthread_mutex_unlock(&registry_lock);
         rc = fail(BL_EBUSY, "a %s session is already registered under key '%s' in this process; destroy it first or use another key",
                   role_name(role), key);
@@ -377,29 +487,24 @@ BL_API int32_t bl_session_create(const char *backend_lib, int32_t role, const ch
     s->next = registry_head;
     registry_head = s;
     pthread_mutex_unlock(&registry_lock);
-
-    bl_open_args args = {
-        .abi_version = BACKLINE_ABI_VERSION, .role = role, .key = s->key, .config = s->config,
-        .slots = s->cfg_slots, .slot_bytes = s->cfg_slot_bytes, .session = s, .host = &host_api,
-    };
-    char err[ERR_MAX / 2] = "";
-    rc = be->open(&args, &s->impl, err, sizeof err);
+    rc = open_backend(s, 0);
     if (rc != BL_OK) {
         pthread_mutex_lock(&registry_lock);
         registry_remove(s);
         pthread_mutex_unlock(&registry_lock);
-        rc = fail(rc, "%s backend: open (%s '%s') failed: %s", be->name, role_name(role), key, err);
         goto fail_free;
     }
     s->state = ST_CREATED;
     *out = s;
     return BL_OK;
 
-fail_free:
-    free(s->config);
-    free(s);
+fail_free: {
+    void *dl = s->dl;
+    free_session(s);
     dlclose(dl);
+    *out = NULL;
     return rc;
+}
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
@@ -773,6 +878,14 @@ BL_API int32_t bl_post(bl_session *s) {
     if (s->ch.deliver) {
         tl_error[0] = 0; /* so a hook that fails without text does not show an older error */
         int32_t rc = s->ch.deliver(s->ch.impl, seq, slot);
+        /* A deliver hook may run the round itself (an inline coprocessor): one that took
+         * longer than the deadline is a deadline error, as a late reply would be. */
+        if (BL_UNLIKELY(!rc && bl__ns_since(s->post_time[slot]) > s->timeout_ns)) {
+            s->collected = s->posted;
+            return fail(BL_ETIMEOUT, "post (controller '%s'): round %llu took longer than timeout_ms=%llu to deliver "
+                        "(an inline coprocessor function overran the deadline)", s->key, (unsigned long long)seq,
+                        (unsigned long long)(s->timeout_ns / 1000000));
+        }
         if (BL_UNLIKELY(rc)) {
             s->collected = s->posted; /* the round is lost: it must not hold a ring slot */
             char reason[ERR_MAX / 2];
@@ -809,6 +922,11 @@ static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header
                     s->collected = s->posted; /* the round is lost; do not wait on it again */
                     return fail(BL_ETIMEOUT, "%s (controller '%s'): no reply to round %llu within %llu ms; the coprocessor is silent or dead",
                                 call, s->key, (unsigned long long)seq, (unsigned long long)(s->timeout_ns / 1000000));
+                }
+                if (BL_UNLIKELY(__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != ST_STARTED)) {
+                    s->collected = s->posted;
+                    return fail(BL_ESTATE, "%s (controller '%s'): the session was stopped by another thread while waiting for round %llu",
+                                call, s->key, (unsigned long long)seq);
                 }
                 if (s->ch.peer_alive && now > next_alive) {
                     next_alive = now + 1000000;
@@ -1003,8 +1121,9 @@ BL_API int32_t bl_stop(bl_session *s) {
         syscall(SYS_futex, &s->ch.doorbell[1], s->ch.doorbell_shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
     }
     char err[ERR_MAX / 2] = "";
+    /* Before the backend stops: a round waiting on another thread sees it and returns. */
+    __atomic_store_n(&s->state, ST_STOPPED, __ATOMIC_RELEASE);
     int32_t rc = s->be->stop(s->impl, err, sizeof err);
-    s->state = ST_STOPPED;
     if (rc) return backend_fail(s, "stop", rc, err);
     return BL_OK;
 }
@@ -1029,9 +1148,9 @@ BL_API int32_t bl_destroy(bl_session *s) {
     /* s->rtt_log belongs to the bl_record_rtt caller: never freed or written here. */
     free(s->post_time);
     free(s->fns);
-    free(s->config);
-    dlclose(s->dl);
-    free(s);
+    void *dl = s->dl;
+    free_session(s);
+    dlclose(dl);
     return rc;
 }
 

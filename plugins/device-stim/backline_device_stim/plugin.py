@@ -15,5 +15,5 @@ def _load() -> int:
 def backline_devices() -> list[Device]:
     return [
         Device(name="stim", summary="stabilizer simulation with stim.TableauSimulator (Clifford gates, "
-               "rotations by multiples of pi/2, Pauli noise)", load=_load),
+               "rotations by multiples of pi/2, Pauli noise)", load=_load, pennylane_devices=("default.clifford",)),
     ]

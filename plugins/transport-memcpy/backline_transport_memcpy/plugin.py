@@ -6,8 +6,6 @@ from backline_core import Transport, hookimpl
 
 from . import get_library
 
-LOCALITIES = ("inline", "thread", "process")
-
 
 def _library(hardware: str, role: str) -> str:
     return get_library()
@@ -20,13 +18,8 @@ def backline_transports() -> list[Transport]:
             name="memcpy",
             summary="shared memory on one machine: in the controller's thread, on a poller thread, or in another process",
             serves=(("cpu", "controller"), ("cpu", "coprocessor")),
-            localities=LOCALITIES,
+            runs_in=("thread", "controller-thread", "process"),
             library=_library,
-            init_args={
-                "locality": "coprocessor: inline (run in the controller's thread at post), thread (poller thread, "
-                            "default) or process (another OS process over POSIX shared memory); a controller finds "
-                            "its coprocessor by key and may state the locality it expects",
-                "cpu": "coprocessor: pin the poller thread to this CPU",
-            },
+            init_args={"cpu": "coprocessor running in a thread or a process: pin its poller thread to this CPU"},
         )
     ]

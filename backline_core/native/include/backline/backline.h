@@ -22,7 +22,9 @@
 extern "C" {
 #endif
 
-#define BACKLINE_ABI_VERSION 1
+/* 2: the node's place (bl_runs_in) in bl_session_create and bl_open_args; configuration
+ * parsed once by the core and read by backends through bl_host_api accessors. */
+#define BACKLINE_ABI_VERSION 2
 
 #if defined(__GNUC__)
 #define BL_API __attribute__((visibility("default")))
@@ -50,6 +52,33 @@ typedef enum bl_status {
 } bl_status;
 
 typedef enum bl_role { BL_CONTROLLER = 0, BL_COPROCESSOR = 1 } bl_role;
+
+/* Where a coprocessor runs relative to its controller (a field of the placement's node,
+ * not a transport key). A coprocessor session says where it runs; a controller session
+ * may say where it expects its coprocessor (BL_RUNS_ANY: wherever it is found). A
+ * transport plugin declares which of these it supports. */
+typedef enum bl_runs_in {
+    BL_RUNS_ANY = -1,
+    BL_RUNS_CONTROLLER_THREAD = 0, /* the controller's own thread, at post time */
+    BL_RUNS_THREAD = 1,            /* another thread of the controller's process */
+    BL_RUNS_PROCESS = 2            /* another process on this machine */
+} bl_runs_in;
+
+/* Session keys (a placement's node names): 1..BL_KEY_MAX_LEN characters of letters,
+ * digits, '_', '.', '-', the first a letter or a digit. */
+#define BL_KEY_MAX_LEN 64u
+
+/* ---- configuration limits and defaults (the core keys; docs/architecture.md) -------- */
+#define BL_DEFAULT_SLOTS 64u
+#define BL_MAX_SLOTS 1048576u
+#define BL_DEFAULT_SLOT_BYTES 256u
+#define BL_MAX_SLOT_BYTES 16777216u
+#define BL_DEFAULT_TIMEOUT_MS 1000u
+#define BL_DEFAULT_CONNECT_TIMEOUT_MS 10000u
+#define BL_MAX_TIMEOUT_MS 86400000u
+#define BL_DEFAULT_IDLE_SPIN_US 10000u
+#define BL_MAX_IDLE_SPIN_US 3600000000u
+#define BL_MAX_CONFIG_ITEMS 64u
 
 /* ---- wire format ------------------------------------------------------------------ */
 /* A ring is `slots` (a power of two) slots of `slot_bytes` (a multiple of 64) bytes.
@@ -89,9 +118,16 @@ BL_API const char *bl_status_name(int32_t status);
 BL_API const char *bl_last_error(void);
 
 /* Open `backend_lib` (path of a transport backend) and register a session under
- * (role, key). `config` is "k=v;k=v" (keys: docs/architecture.md, "Session configuration keys"). */
+ * (role, key). `config` is "k=v;k=v" (keys: docs/architecture.md, "Session configuration
+ * keys"); `runs_in` is a bl_runs_in (a coprocessor: where it runs; a controller: where it
+ * expects its coprocessor, or BL_RUNS_ANY). */
 BL_API int32_t bl_session_create(const char *backend_lib, int32_t role, const char *key,
-                                 const char *config, bl_session **out);
+                                 const char *config, int32_t runs_in, bl_session **out);
+/* Check what bl_session_create would check -- the backend's ABI, the key, every
+ * configuration key and value (the core's and the backend's, through its open hook) --
+ * without registering or connecting anything. */
+BL_API int32_t bl_config_check(const char *backend_lib, int32_t role, const char *key,
+                               const char *config, int32_t runs_in);
 /* The session registered under (role, key), or NULL (bl_last_error says why). */
 BL_API bl_session *bl_session_get(int32_t role, const char *key);
 
@@ -196,27 +232,40 @@ typedef struct bl_channel {
     void *impl;
 } bl_channel;
 
-/* Services of the core a backend may call (passed to open). */
+/* Services of the core a backend may call (passed to open). The configuration string is
+ * parsed once by the core, which has already refused unknown keys and malformed items;
+ * a backend reads its own keys through these accessors and writes no parser. */
 typedef struct bl_host_api {
     uint32_t abi_version;
     int32_t (*serve)(bl_session *s);
     int32_t (*serve_pending)(bl_session *s);
     uint64_t (*now_ns)(void);
+    /* The value of `key`, or NULL when the configuration does not set it. */
+    const char *(*config_str)(const bl_session *s, const char *key);
+    /* `key` as a decimal integer in [min, max] into *out (dflt when absent): BL_OK, or
+     * BL_EINVAL with a message naming the key, the value and the range in err. */
+    int32_t (*config_int)(const bl_session *s, const char *key, int64_t min, int64_t max,
+                          int64_t dflt, int64_t *out, char *err, size_t errlen);
 } bl_host_api;
 
 typedef struct bl_open_args {
     uint32_t abi_version;
     int32_t role;
     const char *key;
-    const char *config;   /* the whole configuration string, core keys included */
+    const char *config;   /* the whole configuration string (read it through host->config_*) */
     uint32_t slots;       /* the ring geometry the core parsed from config (or defaults) */
     uint32_t slot_bytes;
     bl_session *session;  /* the core session that owns this backend instance */
     const bl_host_api *host;
+    int32_t runs_in;      /* bl_runs_in of the node (see bl_session_create) */
+    int32_t check_only;   /* 1: bl_config_check -- read the configuration, then close */
 } bl_open_args;
 
 /* Every hook returns a bl_status and may write a message (NUL-terminated, at most
- * errlen bytes) into err. Deadlines are absolute bl_now_ns() values. */
+ * errlen bytes) into err. Deadlines are absolute bl_now_ns() values. `open` must only
+ * read the configuration and allocate (no connection, no shared resource): the core
+ * also calls open + close to check a configuration (bl_config_check). A runs_in the
+ * backend does not support is refused in open with BL_EINVAL. */
 typedef struct bl_backend {
     uint32_t abi_version; /* BACKLINE_ABI_VERSION the backend was built against */
     const char *name;
@@ -232,6 +281,8 @@ typedef struct bl_backend {
     void (*close)(void *impl);
 } bl_backend;
 
+/* The entry symbol's name is stable across ABI versions; the returned struct's
+ * abi_version says which ABI the backend was built for. */
 #define BL_BACKEND_ENTRY "backline_transport_backend_v1"
 typedef const bl_backend *(*bl_backend_entry_fn)(void);
 

@@ -1,0 +1,205 @@
+"""Resolve a placement against the installed plugins, in one step.
+
+A :class:`~backline_core.placement.Placement` is a value that checks only its own shape.
+:func:`resolve` decides whether the installed plugins can run it and returns what
+deployment needs, per node: the backend library for (transport, hardware, role), the
+configuration the backend accepted, where a coprocessor runs and its built function. It
+checks everything a deploy would otherwise find late -- a transport that does not serve
+a node, a place it cannot run a coprocessor in, configuration keys or values the core or
+the backend refuses (by the backend's own code, ``bl_config_check``), a decoder whose build
+parameters are missing, a native function whose library or symbol does not load.
+``deploy``, ``backline bench``, the frontend device and the compiler passes all call it.
+
+>>> from backline_core import Controller, Coprocessor, Placement, plugins
+>>> from backline_core.resolution import resolve
+>>> if "memcpy" in plugins.names("transport"):
+...     r = resolve(Placement(controller=Controller(), transport="memcpy",
+...                           coprocessors=[Coprocessor(name="dec", coprocessor_fn="steane", runs_in="process")]))
+...     assert (r.coprocessor("dec").runs_in, r.coprocessor("dec").function.name) == ("process", "steane")
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from dataclasses import dataclass
+
+from . import plugins
+from .coprocessor_function import CoprocessorFunction
+from .errors import PlacementError, PluginError, TransportError
+from .hookspecs import Transport
+from .native import check, lib, load_symbol
+from .placement import Coprocessor, Node, Placement
+from .session import ROLES, c_string, runs_in_code
+
+
+@dataclass(frozen=True)
+class ResolvedNode:
+    """One node of a resolved placement, as deployment uses it."""
+
+    node: Node
+    #: the transport part (one distribution's record) serving this node's (hardware, role)
+    transport: Transport
+    #: path of its backend library
+    library: str
+    #: the configuration string the core and the backend accepted
+    config: str
+    #: coprocessor: where it runs (a ``RUNS_IN`` value); controller: None
+    runs_in: str | None = None
+    #: coprocessor: its built function
+    function: CoprocessorFunction | None = None
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def role(self) -> str:
+        return self.node.role
+
+    @property
+    def hardware(self) -> str:
+        return self.node.hardware
+
+    @property
+    def in_controller_process(self) -> bool:
+        """Whether this coprocessor lives in the controller's process (its thread or another)."""
+        return self.runs_in in ("controller-thread", "thread")
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """A placement with every node resolved (see :func:`resolve`)."""
+
+    placement: Placement
+    controller: ResolvedNode
+    coprocessors: tuple[ResolvedNode, ...]
+
+    def coprocessor(self, name: str) -> ResolvedNode:
+        """The resolved coprocessor called ``name``."""
+        for node in self.coprocessors:
+            if node.name == name:
+                return node
+        names = ", ".join(repr(n.name) for n in self.coprocessors) or "none"
+        raise PlacementError(f"no coprocessor named {name!r} in this placement; coprocessors: {names}")
+
+
+_cache: dict[tuple[Placement, int], Resolution] = {}
+_cache_lock = threading.Lock()
+_CACHE_SIZE = 64
+
+
+def resolve(placement: Placement) -> Resolution:
+    """Resolve ``placement`` against the installed plugins; raise PlacementError saying what to change.
+
+    Results are cached per placement value (until a plugin is registered or loaded)."""
+    if not isinstance(placement, Placement):
+        raise PlacementError(f"resolve() takes a Placement, not {type(placement).__name__}")
+    key = (placement, plugins.registry().generation)
+    with _cache_lock:
+        hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    result = _resolve(placement)
+    with _cache_lock:
+        if len(_cache) >= _CACHE_SIZE:
+            _cache.pop(next(iter(_cache)))
+        _cache[key] = result
+    return result
+
+
+def _resolve(placement: Placement) -> Resolution:
+    name = placement.transport
+    ctl = placement.controller
+    for node in placement.nodes:
+        if node.dispatched:
+            raise PlacementError(
+                f"{node.role} {node.name!r} is remote/dispatched (remote=True or executor_options); executors are "
+                "not part of backline-core yet, so start it on its machine and use a transport that reaches it"
+            )
+    ctl_part = _part(name, ctl)
+    ctl_library = ctl_part.library(ctl.hardware, "controller")
+    coprocessors = []
+    for node in placement.coprocessors:
+        part = _part(name, node)
+        if part.needs_endpoint and node.endpoint is None:
+            raise PlacementError(
+                f"transport {name!r} needs a network endpoint on each coprocessor: pass "
+                f"endpoint=Endpoint(host=..., port=...) (coprocessor {node.name!r} has none)"
+            )
+        runs_in = node.runs_in or part.runs_in[0]
+        if runs_in not in part.runs_in:
+            raise PlacementError(
+                f"coprocessor {node.name!r}: transport {name!r} ({part.distribution}) runs coprocessors in "
+                f"{', '.join(part.runs_in)}, not {runs_in!r}; choose one of those or another transport"
+            )
+        library = part.library(node.hardware, "coprocessor")
+        config = node.config_string()
+        _check_config(library, "coprocessor", node, node.name, config, runs_in)
+        # The controller's session for this key expects the coprocessor where the placement puts it.
+        _check_config(ctl_library, "controller", ctl, node.name, ctl.config_string(), runs_in)
+        function = _function(node, runs_in)
+        coprocessors.append(ResolvedNode(node, part, library, config, runs_in, function))
+    if not placement.coprocessors:
+        _check_config(ctl_library, "controller", ctl, ctl.name, ctl.config_string(), None)
+    controller = ResolvedNode(ctl, ctl_part, ctl_library, ctl.config_string())
+    return Resolution(placement, controller, tuple(coprocessors))
+
+
+def _part(name: str, node: Node) -> Transport:
+    try:
+        return plugins.transport_backend(name, node.hardware, node.role)
+    except PlacementError as exc:
+        raise PlacementError(f"{node.role} {node.name!r}: {exc}") from None
+
+
+def _check_config(library: str, role: str, node: Node, key: str, config: str, runs_in: str | None) -> None:
+    try:
+        check(lib.bl_config_check(c_string(library, "backend library"), ROLES[role], c_string(key, "session key"),
+                                  c_string(config, "configuration"), runs_in_code(role, runs_in)))
+    except TransportError as exc:
+        raise PlacementError(f"{role} {node.name!r}: init_args {dict(node.init_args)!r} refused: {exc}") from None
+
+
+def _function(node: Coprocessor, runs_in: str) -> CoprocessorFunction:
+    fn = node.coprocessor_fn
+    if isinstance(fn, str):
+        record = plugins.get("decoder", fn)  # UnknownPluginError lists the installed decoders
+        if node.hardware not in record.hardware:
+            raise PlacementError(
+                f"coprocessor {node.name!r}: decoder {fn!r} runs on {', '.join(record.hardware)}, "
+                f"not {node.hardware}"
+            )
+        try:
+            inspect.signature(record.build).bind()
+        except TypeError:
+            needed = [p.name for p in inspect.signature(record.build).parameters.values()
+                      if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+            raise PlacementError(
+                f"coprocessor {node.name!r}: decoder {fn!r} needs build parameters ({', '.join(needed)}), which a "
+                f"decoder name cannot carry; build the function and pass it instead: coprocessor_fn="
+                f"plugins.get('decoder', {fn!r}).build({', '.join(f'{n}=...' for n in needed)})"
+            ) from None
+        try:
+            function = record.build()
+        except Exception as exc:
+            raise PlacementError(f"coprocessor {node.name!r}: decoder {fn!r} failed to build: {exc}") from exc
+        if not isinstance(function, CoprocessorFunction):
+            raise PluginError(f"decoder {fn!r} ({record.distribution}) built {function!r}, not a CoprocessorFunction")
+    else:
+        function = fn  # Coprocessor wraps callables into CoprocessorFunction
+    if function.is_python:
+        if runs_in == "process":
+            try:
+                function.to_dict()  # another process imports it by module:qualname
+            except PlacementError as exc:
+                raise PlacementError(f"coprocessor {node.name!r} runs in another process: {exc}") from None
+    else:
+        try:
+            for symbol, ctype in ((function.symbol, "bl_coprocessor_fn"), (function.init_symbol, "bl_fn_init"),
+                                  (function.fini_symbol, "bl_fn_fini")):
+                if symbol:
+                    load_symbol(function.library, symbol, ctype)
+        except PluginError as exc:
+            raise PlacementError(f"coprocessor {node.name!r}: function {function.name!r}: {exc}") from None
+    return function
