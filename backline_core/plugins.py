@@ -145,10 +145,18 @@ class PluginRegistry:
             for ext in mgr.extensions:
                 ep = ext.entry_point
                 dist, _ = self._dist_of(group, ep.name, ep.value)
-                self._package_dist.setdefault(ep.value.split(":")[0].split(".")[0], dist)
-                if not self.pm.is_registered(ext.plugin):
-                    self.register(ext.plugin, name=f"{group}:{ep.name}:{ep.value}")
                 self._attempted.add((group, ep.name))
+                if self.pm.is_registered(ext.plugin):
+                    continue
+                try:
+                    self.register(ext.plugin, name=f"{group}:{ep.name}:{ep.value}")
+                    self._probe(ext.plugin)
+                except Exception as exc:  # a broken plugin is a row of the listing, never an outage
+                    if self.pm.is_registered(ext.plugin):
+                        self.unregister(ext.plugin)
+                    self._errors[(kind, ep.name, dist)] = _format_error(exc)
+                    continue
+                self._package_dist.setdefault(ep.value.split(":")[0].split(".")[0], dist)
             for ep, err in failed:
                 dist, _ = self._dist_of(group, ep.name, ep.value)
                 self._errors[(kind, ep.name, dist)] = _format_error(err)
@@ -158,6 +166,17 @@ class PluginRegistry:
             else:
                 self._attempted.add((group, name))
             self._records.clear()
+
+    def _probe(self, plugin: object) -> None:
+        """Check a newly loaded plugin's hooks once, so a hook that raises or returns the wrong
+        thing is refused at load (with its error) instead of breaking every later hook call."""
+        for kind, (rtype, hook_name) in RECORD_TYPES.items():
+            for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+                if impl.plugin is not plugin:
+                    continue
+                batch = impl.function()
+                if not isinstance(batch, (list, tuple)) or not all(isinstance(r, rtype) for r in batch):
+                    raise PluginError(f"{hook_name}() returned {batch!r}; return a list of {rtype.__name__} records")
 
     def records(self, kind: str) -> list[Any]:
         """Every record of ``kind`` the registered plugins provide (one hook call)."""
@@ -189,7 +208,11 @@ class PluginRegistry:
 
     def _named(self, kind: str, name: str) -> list[Any]:
         self._load(kind, name)
-        return [r for r in self.records(kind) if r.name == name]
+        found = [r for r in self.records(kind) if r.name == name]
+        if not found:  # a plugin may register a record under another name than its entry point's
+            self._load(kind)
+            found = [r for r in self.records(kind) if r.name == name]
+        return found
 
     def get(self, kind: str, name: str) -> Any:
         """The record of ``kind`` named ``name`` (for a transport, the only part of that name)."""

@@ -61,6 +61,12 @@ class ResolvedNode:
     def hardware(self) -> str:
         return self.node.hardware
 
+    def __str__(self) -> str:
+        where = f", runs in {self.runs_in}" if self.runs_in else ""
+        fn = f", function {self.function.name}" if self.function else ""
+        return (f"{self.role} {self.name!r}: {self.transport.name} ({self.transport.distribution}) "
+                f"{self.hardware}/{self.role}{where}, config {self.config!r}{fn}")
+
     @property
     def in_controller_process(self) -> bool:
         """Whether this coprocessor lives in the controller's process (its thread or another)."""

@@ -54,6 +54,7 @@ _WAITING_PAIR = """
 """
 
 
+@pytest.mark.defect("Session.destroy() while another thread is inside round() was a use-after-free")
 def test_destroy_while_another_thread_is_in_a_round(stub_backend) -> None:
     proc = _run(_WAITING_PAIR + """
     for i in range(10):
@@ -121,6 +122,7 @@ def _raises(exc: BaseException):
     return fn
 
 
+@pytest.mark.defect("a Python coprocessor function raising SystemExit/KeyboardInterrupt gave an empty successful reply")
 @pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), GeneratorExit(), ValueError("bad syndrome")])
 def test_python_function_that_raises_fails_the_round(pairs, exc) -> None:
     key = pairs.key()
@@ -139,6 +141,7 @@ def _generator(decoder_id: int, payload: bytes):
     yield payload
 
 
+@pytest.mark.defect("a Python coprocessor function returning 5 sent five zero bytes")
 @pytest.mark.parametrize("reply", [5, {"a": 1}, "text", None, 3.5, [1, 2]], ids=repr)
 def test_python_function_returning_a_non_buffer_fails_the_round(pairs, reply) -> None:
     key = pairs.key()
@@ -150,6 +153,7 @@ def test_python_function_returning_a_non_buffer_fails_the_round(pairs, reply) ->
         ctl.round(b"abc")
 
 
+@pytest.mark.defect("a Python coprocessor function returning a generator was coerced to bytes")
 def test_python_function_returning_a_generator_fails_the_round(pairs) -> None:
     key = pairs.key()
     cop = pairs.coprocessor(key, functions=False)
@@ -177,6 +181,7 @@ def test_python_function_bytes_like_replies_pass(pairs, reply) -> None:
 
 # ---- an inline round that overruns its deadline ---------------------------------------------
 
+@pytest.mark.defect("an inline round that overran its deadline succeeded")
 def test_inline_round_past_its_deadline_is_a_deadline_error(pairs) -> None:
     key = pairs.key()
     cop = pairs.coprocessor(key, functions=False)

@@ -61,6 +61,7 @@ invert = "backline_loopback_example.plugin"
 
 [tool.setuptools]
 packages = ["backline_loopback_example"]
+include-package-data = false
 
 [tool.setuptools.package-data]
 backline_loopback_example = ["native/*.c"]
@@ -122,7 +123,7 @@ def backline_transports() -> list[Transport]:
             name="loopback",
             summary="one process: the controller's post serves the coprocessor in place",
             serves=(("cpu", "controller"), ("cpu", "coprocessor")),
-            localities=("inline",),
+            runs_in=("controller-thread",),
             init_args={"greeting": "any text; accepted and ignored (shows how a backend declares a key)"},
             library=_library,
         )
@@ -142,7 +143,7 @@ LOOPBACK_C = """\
  * table, at alloc_memory it allocates both rings (64-byte aligned, zeroed), and at
  * exchange_keys it publishes them. A controller in the same process finds the rings by
  * key; its deliver hook answers each request at once by serving the coprocessor session
- * on the controller's own thread (like memcpy's locality=inline), so no thread polls.
+ * on the controller's own thread (runs_in="controller-thread"), so no thread polls.
  *
  * Teardown may come in either order: the rings are reference-counted and freed by
  * whichever side closes last. Rounds are meant to run on one thread at a time.
@@ -237,8 +238,18 @@ static int32_t lb_open(const bl_open_args *args, void **impl, char *err, size_t 
     lb->slot_bytes = args->slot_bytes;
     lb->session = args->session;
     lb->host = args->host;
-    /* args->config may hold greeting=...: the core has checked every key against
-     * config_keys already, and this backend has no use for the value. */
+    /* The core has parsed the configuration and checked every key against config_keys;
+     * greeting=... is read through the host's accessor (this backend only checks it). */
+    const char *greeting = args->host->config_str(args->session, "greeting");
+    if (greeting && strlen(greeting) > 64) {
+        free(lb);
+        return fail(err, errlen, BL_EINVAL, "greeting=%.16s...: at most 64 characters", greeting);
+    }
+    if (args->role == BL_COPROCESSOR && args->runs_in != BL_RUNS_CONTROLLER_THREAD) {
+        free(lb);
+        return fail(err, errlen, BL_EINVAL, "loopback runs its coprocessor in the controller's thread only "
+                    "(runs_in controller-thread)");
+    }
     *impl = lb;
     return BL_OK;
 }
@@ -525,7 +536,7 @@ def test_entry_points_resolve(loopback: Installed) -> None:
         fn = d.build()
         rows = {f"{r.kind}:{r.name}": [r.distribution, r.version, r.error] for r in plugins.listing()}
         print(json.dumps({
-            "serves": [list(p) for p in t.serves], "localities": list(t.localities),
+            "serves": [list(p) for p in t.serves], "runs_in": list(t.runs_in),
             "init_args": sorted(t.init_args), "library": t.library("cpu", "coprocessor"),
             "function": [fn.name, fn.library, fn.symbol, list(fn.decoder_ids)], "rows": rows,
         }))
@@ -533,7 +544,7 @@ def test_entry_points_resolve(loopback: Installed) -> None:
         loopback.workdir,
     )
     assert out["serves"] == [["cpu", "controller"], ["cpu", "coprocessor"]]
-    assert out["localities"] == ["inline"]
+    assert out["runs_in"] == ["controller-thread"]
     assert out["init_args"] == ["greeting"]
     name, library, symbol, ids = out["function"]
     assert (name, symbol, ids) == ("invert", "invert_bits", [0, 1])
@@ -606,26 +617,34 @@ def test_placement_validates(loopback: Installed) -> None:
     out = _fresh_json(
         """
         import json
-        from backline_core import Controller, Coprocessor, Placement, PlacementError
+        from backline_core import Controller, Coprocessor, Placement, PlacementError, resolve
         p = Placement(controller=Controller(),
                       coprocessors=[Coprocessor(coprocessor_fn="invert", init_args={"greeting": "hello"})],
                       transport="loopback")
-        try:
-            Placement(controller=Controller(init_args={"locality": "thread"}),
-                      coprocessors=[Coprocessor(coprocessor_fn="invert")], transport="loopback")
-            rejected = None
-        except PlacementError as exc:
-            rejected = str(exc)
-        print(json.dumps({"transport": p.transport_record.name, "nodes": [n.name for n in p.nodes],
-                          "fn": p.coprocessors[0].coprocessor_fn, "rejected": rejected}))
+        r = resolve(p)
+        rejected = {}
+        for case, kwargs in (("key", dict(init_args={"locality": "thread"})), ("place", dict(runs_in="process")),
+                             ("value", dict(init_args={"greeting": "x" * 65}))):
+            try:
+                resolve(Placement(controller=Controller(), transport="loopback",
+                                  coprocessors=[Coprocessor(coprocessor_fn="invert", **kwargs)]))
+            except PlacementError as exc:
+                rejected[case] = str(exc)
+        print(json.dumps({"transport": r.controller.transport.name, "dist": r.controller.transport.distribution,
+                          "runs_in": r.coprocessors[0].runs_in, "nodes": [n.name for n in p.nodes],
+                          "fn": r.coprocessors[0].function.symbol, "rejected": rejected}))
         """,
         loopback.workdir,
     )
-    assert out["transport"] == "loopback"
+    assert (out["transport"], out["dist"]) == ("loopback", LOOPBACK_DIST)
+    assert out["runs_in"] == "controller-thread"  # the transport's only (so default) place
     assert out["nodes"] == ["controller", "coprocessor0"]
-    assert out["fn"] == "invert"
-    # keys come from the plugin's Transport.init_args: memcpy's 'locality' is not one of them
-    assert out["rejected"] and "locality" in out["rejected"] and "greeting" in out["rejected"]
+    assert out["fn"] == "invert_bits"
+    # keys are the backend's own: memcpy's old 'locality' is not one of them, and the backend
+    # itself refuses a value (through the core's bl_config_check) and a place it does not support
+    assert "locality" in out["rejected"]["key"] and "greeting" in out["rejected"]["key"]
+    assert "controller-thread" in out["rejected"]["place"]
+    assert "at most 64 characters" in out["rejected"]["value"]
 
 
 def test_uninstall_removes_the_plugins(loopback: Installed) -> None:
