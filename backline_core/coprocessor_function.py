@@ -58,7 +58,7 @@ class CoprocessorFunction:
         for i in ids:
             if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < MAX_DECODERS:
                 raise PlacementError(
-                    f"CoprocessorFunction {self.name!r}: decoder_id {i!r} must be an int in [0, {MAX_DECODERS})"
+                    f"CoprocessorFunction {self.name!r}: decoder_id {i if not isinstance(i, int) or abs(i) < 10**9 else '(too large)'!r} must be an int in [0, {MAX_DECODERS})"
                 )
         if len(set(ids)) != len(ids):
             raise PlacementError(f"CoprocessorFunction {self.name!r}: decoder_ids {ids} repeat an id")
@@ -79,9 +79,10 @@ class CoprocessorFunction:
             raise PlacementError(f"CoprocessorFunction {self.name!r}: fini_symbol given without init_symbol")
         if self.reply_bits is not None and (
             not isinstance(self.reply_bits, int) or isinstance(self.reply_bits, bool) or self.reply_bits < 1
+            or self.reply_bits > 8 * lib.BL_MAX_SLOT_BYTES
         ):
             raise PlacementError(
-                f"CoprocessorFunction {self.name!r}: reply_bits={self.reply_bits!r} must be a positive int "
+                f"CoprocessorFunction {self.name!r}: reply_bits={self.reply_bits if not isinstance(self.reply_bits, int) or self.reply_bits < 10**9 else '(too large)'!r} must be a positive int "
                 "(the width of the reply in bits, e.g. n for a correction mask of n qubits) or None when unknown"
             )
 
@@ -143,6 +144,6 @@ def load_import_path(path: str) -> Callable[..., Any]:
         obj: Any = importlib.import_module(module)
         for part in qualname.split("."):
             obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
+    except (ImportError, AttributeError, TypeError, ValueError) as exc:
         raise PlacementError(f"cannot import coprocessor function {path!r}: {exc}") from exc
     return obj

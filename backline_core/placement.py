@@ -131,6 +131,8 @@ class Endpoint:
                 raise PlacementError(f"address {text!r}: put an IPv6 address in brackets, '[{host}]:{port_text}'")
         if not (port_text.isascii() and port_text.isdigit()):
             raise PlacementError(f"address {text!r}: port {port_text!r} is not a number from 1 to 65535")
+        if len(port_text) > 5:
+            raise PlacementError(f"address {_short(text)}: port is not a number from 1 to 65535")
         return cls(host=host, port=int(port_text))
 
 
@@ -169,6 +171,8 @@ def _check_init_args(args: Mapping[str, Any], who: str) -> None:
                 "values must be str, int, float or bool"
             )
         # nan never equals itself and inf has no portable text form: both would break round trips.
+        if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+            raise PlacementError(f"{who}: init_args[{key!r}] = {_short(value)}; integers must fit in 64 bits")
         if isinstance(value, float) and not math.isfinite(value):
             raise PlacementError(f"{who}: init_args[{key!r}] = {value!r}; floats must be finite")
     try:
@@ -194,6 +198,8 @@ class Node:
     executor_options: Mapping[str, str | int] = field(default_factory=dict, hash=False)
     init_args: Mapping[str, config.ConfigValue] = field(default_factory=dict, hash=False)
     endpoint: Endpoint | None = None
+    #: init_args with their types and exact text (1, 1.0, True and -0.0 differ); compared, not hashed
+    _typed_args: tuple = field(default=(), init=False, repr=False, hash=False)
 
     _ROLE = ""  # no annotation: a class constant, not a field
 
@@ -218,6 +224,8 @@ class Node:
             object.__setattr__(self, attr, MappingProxyType(dict(value)))
         _check_executor_options(self.executor_options, who)
         _check_init_args(self.init_args, who)
+        object.__setattr__(self, "_typed_args", tuple(sorted((k, type(v).__name__, repr(v))
+                                                             for k, v in self.init_args.items())))
         if self.endpoint is not None and not isinstance(self.endpoint, Endpoint):
             raise PlacementError(f"{who}: endpoint must be an Endpoint(host=..., port=...), not {self.endpoint!r}")
         if self.remote and not ("address" in self.executor_options or "host" in self.executor_options):
@@ -242,7 +250,7 @@ class Node:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # mappingproxy cannot be pickled or deep-copied; rebuild from plain dicts instead.
-        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
         kwargs["executor_options"], kwargs["init_args"] = dict(self.executor_options), dict(self.init_args)
         return (_rebuild, (type(self), kwargs))
 
@@ -280,10 +288,10 @@ class Coprocessor(Node):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.runs_in is not None and self.runs_in not in RUNS_IN:
+        if self.runs_in is not None and not (isinstance(self.runs_in, str) and self.runs_in in RUNS_IN):
             who = f"coprocessor {self.name!r}" if self.name else "the coprocessor"
             raise PlacementError(
-                f"{who}: runs_in={self.runs_in!r} is not a place; use one of {', '.join(map(repr, RUNS_IN))} "
+                f"{who}: runs_in={_short(self.runs_in)} is not a place; use one of {', '.join(map(repr, RUNS_IN))} "
                 "(or None for the transport's default)"
             )
         fn = self.coprocessor_fn

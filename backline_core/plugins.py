@@ -58,8 +58,9 @@ def _format_error(err: BaseException) -> str:
     return lines[-1].strip() if lines else repr(err)
 
 
-def _record_callable(record: Any) -> Any:
-    return getattr(record, "library", None) or getattr(record, "build", None) or getattr(record, "load", None)
+def _short(obj: Any) -> str:
+    text = repr(obj)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class PluginRegistry:
@@ -72,7 +73,7 @@ class PluginRegistry:
         self._attempted: set[tuple[str, str]] = set()  # (group, entry-point name) loaded or tried
         self._group_loaded: set[str] = set()  # groups whose every entry point was tried
         self._errors: dict[tuple[str, str, str], str] = {}  # (kind, name, distribution) -> load error
-        self._package_dist: dict[str, str] = {}  # top-level package of a loaded plugin -> distribution
+        self._plugin_dist: dict[str, str] = {}  # registered name of an entry-point plugin -> distribution
         self._records: dict[str, list[Any]] = {}  # kind -> records of the last hook call
         self._dists: dict[tuple[str, str, str], tuple[str, str]] | None = None
         #: bumped whenever the set of registered plugins changes (resolution caches on it)
@@ -89,18 +90,26 @@ class PluginRegistry:
         with self._lock:
             if self.pm.is_registered(plugin):
                 return
-            self.pm.register(plugin, name=name)
+            try:
+                self.pm.register(plugin, name=name)
+            except pluggy.PluginValidationError as exc:
+                raise PluginError(f"plugin {name or plugin!r} does not fit Backline's hook specs: {exc}") from None
             self.generation += 1
+            self._records.clear()
             try:
                 self.pm.check_pending()
             except pluggy.PluginValidationError as exc:
                 # A misspelt hook must not poison the manager for every other plugin.
-                self.pm.unregister(plugin)
+                self.unregister(plugin)
                 raise PluginError(
                     f"plugin {name or plugin!r} implements a hook Backline does not define: {exc}; "
                     "hook names are " + ", ".join(hook for _, hook in RECORD_TYPES.values())
                 ) from None
-            self._records.clear()
+            try:
+                self._probe(plugin)
+            except PluginError as exc:
+                self.unregister(plugin)
+                raise PluginError(f"plugin {name or plugin!r}: {exc}") from None
 
     def unregister(self, plugin: object) -> None:
         """Remove a plugin registered with :meth:`register` and forget its records."""
@@ -141,22 +150,20 @@ class PluginRegistry:
             if name is None:
                 mgr: Any = extension.ExtensionManager(**common)
             else:
-                mgr = named.NamedExtensionManager(names=[name], warn_on_missing_entrypoint=False, **common)
+                mgr = named.NamedExtensionManager(names=[name], on_missing_entrypoints_callback=None, **common)
             for ext in mgr.extensions:
                 ep = ext.entry_point
                 dist, _ = self._dist_of(group, ep.name, ep.value)
                 self._attempted.add((group, ep.name))
                 if self.pm.is_registered(ext.plugin):
                     continue
+                plugin_name = f"{group}:{ep.name}:{ep.value}"
                 try:
-                    self.register(ext.plugin, name=f"{group}:{ep.name}:{ep.value}")
-                    self._probe(ext.plugin)
-                except Exception as exc:  # a broken plugin is a row of the listing, never an outage
-                    if self.pm.is_registered(ext.plugin):
-                        self.unregister(ext.plugin)
-                    self._errors[(kind, ep.name, dist)] = _format_error(exc)
+                    self.register(ext.plugin, name=plugin_name)
+                except PluginError as exc:  # a broken plugin is a row of the listing, never an outage
+                    self._errors[(kind, ep.name, dist)] = str(exc)
                     continue
-                self._package_dist.setdefault(ep.value.split(":")[0].split(".")[0], dist)
+                self._plugin_dist[plugin_name] = dist
             for ep, err in failed:
                 dist, _ = self._dist_of(group, ep.name, ep.value)
                 self._errors[(kind, ep.name, dist)] = _format_error(err)
@@ -165,7 +172,6 @@ class PluginRegistry:
                 self._group_loaded.add(group)
             else:
                 self._attempted.add((group, name))
-            self._records.clear()
 
     def _probe(self, plugin: object) -> None:
         """Check a newly loaded plugin's hooks once, so a hook that raises or returns the wrong
@@ -174,9 +180,13 @@ class PluginRegistry:
             for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
                 if impl.plugin is not plugin:
                     continue
-                batch = impl.function()
+                try:
+                    batch = impl.function()
+                except Exception as exc:
+                    raise PluginError(f"{hook_name}() raised {_format_error(exc)}") from exc
                 if not isinstance(batch, (list, tuple)) or not all(isinstance(r, rtype) for r in batch):
-                    raise PluginError(f"{hook_name}() returned {batch!r}; return a list of {rtype.__name__} records")
+                    raise PluginError(f"{hook_name}() returned {_short(batch)}; return a list of "
+                                      f"{rtype.__name__} records")
 
     def records(self, kind: str) -> list[Any]:
         """Every record of ``kind`` the registered plugins provide (one hook call)."""
@@ -186,23 +196,28 @@ class PluginRegistry:
             if cached is not None:
                 return cached
             rtype, hook_name = RECORD_TYPES[kind]
+            hook = getattr(self.pm.hook, hook_name)
+            # pluggy calls implementations last-registered first and drops None results;
+            # every plugin was probed to return a list, so results line up with this order.
+            impls = list(reversed(hook.get_hookimpls()))
+            try:
+                batches = hook()
+            except Exception as exc:
+                raise PluginError(f"a plugin's {hook_name}() raised {_format_error(exc)}") from exc
+            owners = [impl.plugin_name for impl in impls] if len(batches) == len(impls) else [None] * len(batches)
             out: list[Any] = []
-            for batch in getattr(self.pm.hook, hook_name)():
+            for owner, batch in zip(owners, batches):
                 if not isinstance(batch, (list, tuple)):
-                    raise PluginError(f"a plugin's {hook_name}() returned {batch!r}; return a list of {rtype.__name__}")
+                    raise PluginError(f"plugin {owner!r}: {hook_name}() returned {_short(batch)}; return a list of "
+                                      f"{rtype.__name__}")
                 for record in batch:
                     if not isinstance(record, rtype):
-                        raise PluginError(
-                            f"a plugin's {hook_name}() returned {record!r}; expected {rtype.__name__} records"
-                        )
-                    out.append(record if record.distribution else replace(record, distribution=self._origin(record)))
+                        raise PluginError(f"plugin {owner!r}: {hook_name}() returned {_short(record)}; expected "
+                                          f"{rtype.__name__} records")
+                    dist = self._plugin_dist.get(owner, IN_PROCESS) if owner else "?"
+                    out.append(record if record.distribution else replace(record, distribution=dist))
             self._records[kind] = out
             return out
-
-    def _origin(self, record: Any) -> str:
-        """The distribution a record comes from: the one whose entry point loaded its package."""
-        module = getattr(_record_callable(record), "__module__", None) or ""
-        return self._package_dist.get(module.split(".")[0], IN_PROCESS)
 
     # -- lookup -----------------------------------------------------------------------
 

@@ -163,7 +163,10 @@ def _check_config(library: str, role: str, node: Node, key: str, config: str, ru
     try:
         check(lib.bl_config_check(c_string(library, "backend library"), ROLES[role], c_string(key, "session key"),
                                   c_string(config, "configuration"), runs_in_code(role, runs_in)))
-    except TransportError as exc:
+    except (TransportError, UnicodeEncodeError) as exc:
+        if isinstance(exc, TransportError) and exc.status != "BL_EINVAL":
+            raise PlacementError(f"{role} {node.name!r}: its transport backend {library} cannot be used: {exc}") \
+                from None
         raise PlacementError(f"{role} {node.name!r}: init_args {dict(node.init_args)!r} refused: {exc}") from None
 
 

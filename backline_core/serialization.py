@@ -18,7 +18,7 @@ from typing import Any
 
 from .coprocessor_function import CoprocessorFunction
 from .errors import PlacementError
-from .placement import Controller, Coprocessor, Endpoint, Node, Placement
+from .placement import Controller, Coprocessor, Endpoint, Node, Placement, _short
 
 FORMAT = "backline.placement/1"
 #: Nesting deeper than this is refused before Python's recursion limit is reached.
@@ -130,7 +130,7 @@ def _json_tree(value: Any, path: str, depth: int = 0) -> _Val:
         entries = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise PlacementError(f"invalid placement JSON: key {key!r} at {where} is not a string")
+                raise PlacementError(f"invalid placement JSON: key {_short(key)} at {where} is not a string")
             sub = f"{path}.{key}" if path else key
             entries[key] = _Entry(_json_tree(item, sub, depth + 1), sub)
         return _Val("dict", entries, where)
@@ -299,9 +299,9 @@ def placement_from_dict(data: Mapping[str, Any]) -> Placement:
         if version is None:
             problem = "it has no \"format\" key"
         elif isinstance(version, str) and version.startswith("backline.placement/"):
-            problem = f"its format is {version!r}, which this version of backline_core cannot read (upgrade it)"
+            problem = f"its format is {_short(version)}, which this version of backline_core cannot read (upgrade it)"
         else:
-            problem = f"its format is {version!r}, which is not a backline placement"
+            problem = f"its format is {_short(version)}, which is not a backline placement"
         raise PlacementError(f"invalid placement JSON: {problem}; expected \"format\": {FORMAT!r}")
     return _Reader().placement(_json_tree(data, ""), extra_known=("format",))
 
@@ -332,6 +332,8 @@ def placement_from_json(text: str | bytes) -> Placement:
         data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise PlacementError(f"invalid placement JSON at offset {exc.pos}: {exc.msg}") from None
+    except PlacementError:
+        raise
     except RecursionError:
         raise PlacementError(f"invalid placement JSON: nested more than {MAX_DEPTH} levels deep") from None
     except ValueError as exc:  # e.g. an integer past Python's digit limit

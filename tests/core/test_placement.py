@@ -1,7 +1,8 @@
-"""The placement model: validation, defaults, immutability, equality and hashing.
+"""The placement model: shape validation, defaults, immutability, equality and hashing.
 
-Runs with only the core installed: the transports and decoder it needs are registered
-in process by the ``placement_plugins`` fixture (conftest.py) instead of coming from entry points.
+A placement checks only its own shape and consults no plugin, so nothing here registers
+one: ``shm``, ``net`` and ``lookup`` are plain names. Whether installed plugins can run a
+placement is :func:`backline_core.resolution.resolve`'s business (test_resolution.py).
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import pickle
 import pytest
 
 from backline_core.coprocessor_function import CoprocessorFunction
-from backline_core.errors import PlacementError, UnknownPluginError
-from backline_core.hookspecs import Transport
-from backline_core.placement import Controller, Coprocessor, Endpoint, Node, Placement
+import backline_core.plugins as plugins
+from backline_core._native import ffi, lib
+from backline_core.errors import PlacementError
+from backline_core.placement import RUNS_IN, Controller, Coprocessor, Endpoint, Node, Placement
 
-
-pytestmark = pytest.mark.usefixtures("placement_plugins")
+KEY_MAX = lib.BL_KEY_MAX_LEN
 
 
 def echo(decoder_id: int, payload: bytes) -> bytes:
@@ -133,15 +134,55 @@ def test_node_base_cannot_be_built():
         Node()
 
 
-@pytest.mark.parametrize("name", ["-x", ".x", "_x", "a b", "x" * 65, "dé", "a/b", 3])
+BAD_NAMES = ["-x", ".x", "_x", "a b", "x" * (KEY_MAX + 1), "dé", "a/b", "a\n", "abc\n", "\u0663", "a\x00b", "a;b",
+             "a=b", "a:b"]
+GOOD_NAMES = ["a", "A9", "9a", "0", "dec_0.gpu-1", "a-", "a.", "a_", "x" * KEY_MAX, "9" * KEY_MAX]
+
+
+@pytest.mark.parametrize("name", [*BAD_NAMES, 3, None, b"x"])
 def test_node_rejects_bad_names(name):
-    with pytest.raises(PlacementError, match="name"):
-        Controller(name=name)
+    for make in (lambda: Controller(name=name), lambda: Coprocessor(name=name, coprocessor_fn="lookup")):
+        with pytest.raises(PlacementError, match="name") as info:
+            make()
+        assert f"1-{KEY_MAX} characters" in str(info.value)
+        assert "starting with a letter or digit" in str(info.value)
 
 
-@pytest.mark.parametrize("name", ["a", "A9", "9a", "dec_0.gpu-1", "x" * 64])
+@pytest.mark.parametrize("name", GOOD_NAMES)
 def test_node_accepts_good_names(name):
     assert Controller(name=name).name == name
+    assert Coprocessor(name=name, coprocessor_fn="lookup").name == name
+
+
+def test_node_name_length_is_the_abi_key_limit():
+    """Node names are session keys: BL_KEY_MAX_LEN of backline.h, read through cffi, not restated."""
+    assert Controller(name="k" * KEY_MAX).name == "k" * KEY_MAX
+    with pytest.raises(PlacementError, match=f"1-{KEY_MAX}"):
+        Controller(name="k" * (KEY_MAX + 1))
+    with pytest.raises(PlacementError):
+        Coprocessor(name="k" * (KEY_MAX + 1), coprocessor_fn="lookup")
+
+
+@pytest.mark.parametrize("name", [*BAD_NAMES, *GOOD_NAMES])
+def test_node_names_follow_the_runtime_key_rule(stub_backend, name):
+    """Python accepts a name exactly when the C runtime accepts it as a session key."""
+    try:
+        Controller(name=name)
+        python_ok = True
+    except PlacementError:
+        python_ok = False
+    key = ffi.new("char[]", name.encode())  # a NUL inside cuts the C string: it is the C key rule's view
+    if "\0" in name:
+        assert not python_ok
+        return
+    rc = lib.bl_config_check(stub_backend.path.encode(), lib.BL_CONTROLLER, key, b"", lib.BL_RUNS_ANY)
+    assert python_ok == (rc == 0), (name, python_ok, rc)
+
+
+def test_default_names_are_valid_keys():
+    p = shm(*[Coprocessor(coprocessor_fn="lookup") for _ in range(12)])
+    for node in p.nodes:
+        assert Controller(name=node.name).name == node.name
 
 
 def test_node_rejects_unknown_hardware_listing_allowed():
@@ -218,15 +259,15 @@ def test_executor_options_accept_ipv6_address():
 @pytest.mark.parametrize(
     "init_args, words",
     [
-        ({"locality": None}, "str, int, float or bool"),
-        ({"locality": [1]}, "str, int, float or bool"),
+        ({"mode": None}, "str, int, float or bool"),
+        ({"mode": [1]}, "str, int, float or bool"),
         ({"slots": float("nan")}, "finite"),
         ({"slots": float("inf")}, "finite"),
         ({"": 1}, "non-empty str"),
         ({3: 1}, "non-empty str"),
-        ({"locality": "a;b"}, "';'"),
-        ({"locality": "a=b"}, "'='"),
-        ({"locality": ""}, "non-empty"),
+        ({"mode": "a;b"}, "';'"),
+        ({"mode": "a=b"}, "'='"),
+        ({"mode": ""}, "non-empty"),
     ],
 )
 def test_init_args_reject_bad_values(init_args, words):
@@ -241,8 +282,8 @@ def test_mappings_must_be_mappings():
 
 
 def test_config_string_is_sorted_and_renders_bools():
-    node = Controller(init_args={"slots": 64, "locality": "thread", "cpu": True, "timeout_ms": 2.5})
-    assert node.config_string() == "cpu=1;locality=thread;slots=64;timeout_ms=2.5"
+    node = Controller(init_args={"slots": 64, "mode": "thread", "cpu": True, "timeout_ms": 2.5})
+    assert node.config_string() == "cpu=1;mode=thread;slots=64;timeout_ms=2.5"
 
 
 def test_node_mappings_are_read_only_copies():
@@ -265,11 +306,11 @@ def test_node_is_frozen():
 
 
 def test_node_equality_compares_contents_and_hash_agrees():
-    a = Controller(name="c", init_args={"slots": 64, "locality": "thread"})
-    b = Controller(name="c", init_args={"locality": "thread", "slots": 64})
+    a = Controller(name="c", init_args={"slots": 64, "mode": "thread"})
+    b = Controller(name="c", init_args={"mode": "thread", "slots": 64})
     assert a == b and hash(a) == hash(b)
     assert len({a, b}) == 1
-    assert a != Controller(name="c", init_args={"slots": 32, "locality": "thread"})
+    assert a != Controller(name="c", init_args={"slots": 32, "mode": "thread"})
     assert a != Controller(name="c")
     assert Controller() != Coprocessor(coprocessor_fn="lookup")
 
@@ -317,6 +358,91 @@ def test_coprocessor_rejects_bad_functions(fn, words):
 def test_coprocessor_validates_common_fields_too():
     with pytest.raises(PlacementError, match="hardware"):
         Coprocessor(hardware="tpu", coprocessor_fn=echo)
+
+
+@pytest.mark.parametrize("runs_in", [*RUNS_IN, None])
+def test_runs_in_accepts_the_three_places_and_none(runs_in):
+    assert Coprocessor(coprocessor_fn="lookup", runs_in=runs_in).runs_in == runs_in
+
+
+def test_runs_in_places_are_the_abi_values():
+    assert set(RUNS_IN) == {"controller-thread", "thread", "process"}
+    assert dict(RUNS_IN) == {"controller-thread": lib.BL_RUNS_CONTROLLER_THREAD, "thread": lib.BL_RUNS_THREAD,
+                             "process": lib.BL_RUNS_PROCESS}
+
+
+def test_runs_in_defaults_to_none():
+    assert Coprocessor(coprocessor_fn="lookup").runs_in is None
+
+
+@pytest.mark.defect("runs_in=[...] / {...} raised TypeError (unhashable) instead of PlacementError")
+@pytest.mark.parametrize("runs_in", ["inline", "", "Thread", "process ", "locality", 1, 0, True, b"thread",
+                                     ["thread"], ("thread",), {"thread"}, {"thread": 1}])
+def test_runs_in_refuses_other_values_clearly(runs_in):
+    with pytest.raises(PlacementError) as info:
+        Coprocessor(name="dec", coprocessor_fn="lookup", runs_in=runs_in)
+    message = str(info.value)
+    assert "coprocessor 'dec'" in message and "runs_in=" in message
+    for place in ("'controller-thread'", "'thread'", "'process'", "None"):
+        assert place in message, message
+
+
+def test_runs_in_is_a_coprocessor_field_only():
+    with pytest.raises(TypeError, match="runs_in"):
+        Controller(runs_in="thread")
+
+
+def test_runs_in_is_part_of_equality_and_hash():
+    a = Coprocessor(coprocessor_fn="lookup", runs_in="thread")
+    assert a == Coprocessor(coprocessor_fn="lookup", runs_in="thread")
+    assert hash(a) == hash(Coprocessor(coprocessor_fn="lookup", runs_in="thread"))
+    assert a != Coprocessor(coprocessor_fn="lookup", runs_in="process")
+    assert a != Coprocessor(coprocessor_fn="lookup")
+    assert len({Coprocessor(coprocessor_fn="lookup", runs_in=r) for r in (*RUNS_IN, None)}) == 4
+
+
+# -- shape only: no plugin is consulted ---------------------------------------------------
+
+
+@pytest.fixture
+def no_plugin_lookups(monkeypatch):
+    """Every registry lookup fails the test: building a placement must not make one."""
+    registry = plugins.registry()
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError(f"a placement consulted the plugin registry ({args}, {kwargs})")
+
+    for method in ("get", "transport_backend", "transport_parts", "records", "available", "_load"):
+        monkeypatch.setattr(registry, method, forbidden)
+    for function in ("get", "transport_backend", "names", "listing"):
+        monkeypatch.setattr(plugins, function, forbidden)
+
+
+def test_placement_builds_without_any_plugin(no_plugin_lookups):
+    p = Placement(
+        controller=Controller(hardware="fpga", init_args={"colour": "red", "slots": 3}),
+        coprocessors=[
+            Coprocessor(name="a", hardware="gpu", coprocessor_fn="no-such-decoder", runs_in="controller-thread",
+                        init_args={"no_such_key": 1, "timeout_ms": -5}),
+            Coprocessor(name="b", coprocessor_fn=echo, runs_in="process"),
+            Coprocessor(name="c", coprocessor_fn=CoprocessorFunction(name="n", library="/nonexistent.so",
+                                                                     symbol="no_such_symbol")),
+        ],
+        transport="carrier-pigeon",
+        qec_code="steane",
+    )
+    assert p.transport == "carrier-pigeon"
+    assert p.coprocessor("a").coprocessor_fn == "no-such-decoder"
+    assert p.controller.init_args == {"colour": "red", "slots": 3}  # values are the backend's to judge
+    assert Placement.from_json(p.to_json()) == p
+    assert Placement.from_dict(p.to_dict()) == p
+    assert dataclasses.replace(p, transport="net") != p
+
+
+def test_network_transport_names_need_no_endpoint_at_build(no_plugin_lookups):
+    """Whether a transport needs endpoints is its record's to say, checked by resolve()."""
+    p = Placement(controller=Controller(), coprocessors=[Coprocessor(coprocessor_fn="lookup")], transport="net")
+    assert p.coprocessors[0].endpoint is None
 
 
 # -- Placement -----------------------------------------------------------------------------
@@ -392,19 +518,9 @@ def test_coprocessors_must_be_a_sequence(coprocessors):
         Placement(controller=Controller(), coprocessors=coprocessors, transport="shm")
 
 
-def test_type_errors_come_before_transport_lookup():
+def test_type_errors_are_reported_whatever_the_transport():
     with pytest.raises(PlacementError, match="Controller"):
         Placement(controller=None, transport="no-such-transport")
-
-
-def test_unknown_transport_lists_installed_ones():
-    with pytest.raises(UnknownPluginError) as info:
-        Placement(controller=Controller(), transport="carrier-pigeon")
-    message = str(info.value)
-    assert "carrier-pigeon" in message
-    assert "shm" in message and "net" in message
-    assert "pip install" in message
-    assert isinstance(info.value, LookupError)
 
 
 @pytest.mark.parametrize("transport", ["", None, 3])
@@ -413,67 +529,9 @@ def test_transport_must_be_a_name(transport):
         Placement(controller=Controller(), transport=transport)
 
 
-def test_transport_must_serve_each_node():
-    with pytest.raises(PlacementError) as info:
-        shm(controller=Controller(hardware="gpu"))
-    message = str(info.value)
-    assert "'shm'" in message and "gpu/controller" in message
-    assert "cpu/controller, cpu/coprocessor, gpu/coprocessor" in message
-    with pytest.raises(PlacementError, match="fpga/coprocessor"):
-        shm(Coprocessor(hardware="fpga", coprocessor_fn=echo))
-
-
-def test_serves_check_names_the_node():
-    with pytest.raises(PlacementError, match="'coprocessor1'"):
-        shm(Coprocessor(coprocessor_fn=echo), Coprocessor(hardware="fpga", coprocessor_fn=echo))
-
-
-def test_transport_served_pairs_pass():
-    p = Placement(controller=Controller(hardware="fpga"),
-                  coprocessors=[Coprocessor(hardware="gpu", endpoint=ep(), coprocessor_fn=echo)], transport="net")
-    assert p.controller.hardware == "fpga"
-
-
-def test_network_transport_needs_coprocessor_endpoints():
-    with pytest.raises(PlacementError) as info:
-        Placement(controller=Controller(),
-                  coprocessors=[Coprocessor(endpoint=ep(), coprocessor_fn=echo), Coprocessor(coprocessor_fn=echo)],
-                  transport="net")
-    message = str(info.value)
-    assert "transport 'net' needs a network endpoint on each coprocessor" in message
-    assert "endpoint=Endpoint(host=..., port=...)" in message
-    assert "'coprocessor1'" in message
-
-
-def test_endpoint_is_optional_when_not_needed():
+def test_endpoint_is_optional():
     assert shm(Coprocessor(endpoint=ep(), coprocessor_fn=echo)).coprocessors[0].endpoint == ep()
-
-
-def test_init_args_keys_must_be_known_to_core_or_transport():
-    p = shm(Coprocessor(init_args={"locality": "thread", "cpu": 3, "slots": 64, "slot_bytes": 256,
-                                   "timeout_ms": 5, "connect_timeout_ms": 50}, coprocessor_fn=echo))
-    assert p.coprocessors[0].init_args["cpu"] == 3
-    with pytest.raises(PlacementError) as info:
-        Placement(controller=Controller(init_args={"locality": "thread", "slots": 64}),
-                  coprocessors=[Coprocessor(endpoint=ep(), coprocessor_fn=echo)], transport="net")
-    message = str(info.value)
-    assert "['locality']" in message and "'net'" in message and "'controller'" in message
-    assert "slots (ring slot count" in message and "connect_timeout_ms" in message
-
-
-def test_init_args_error_lists_transport_keys_with_descriptions():
-    with pytest.raises(PlacementError) as info:
-        shm(controller=Controller(init_args={"colour": "red"}))
-    assert "locality (thread or process)" in str(info.value)
-    assert "cpu (core to pin to)" in str(info.value)
-
-
-def test_decoder_names_must_resolve():
-    assert shm(Coprocessor(coprocessor_fn="lookup")).coprocessors[0].coprocessor_fn == "lookup"
-    with pytest.raises(UnknownPluginError) as info:
-        shm(Coprocessor(coprocessor_fn="mwpm"))
-    message = str(info.value)
-    assert "decoder 'mwpm'" in message and "lookup" in message and "pip install" in message
+    assert shm(Coprocessor(coprocessor_fn=echo)).coprocessors[0].endpoint is None
 
 
 @pytest.mark.parametrize("qec_code", [None, "steane", "surface_17", "rotated-surface.d3", "_x"])
@@ -497,13 +555,12 @@ def test_coprocessor_lookup():
         p.coprocessor("controller")
 
 
-def test_transport_record_is_not_part_of_equality():
-    p, q = shm(), shm()
-    assert p.transport_record is q.transport_record
-    assert isinstance(p.transport_record, Transport) and p.transport_record.name == "shm"
-    assert "transport_record" not in {f.name for f in dataclasses.fields(Placement)}
+def test_placement_carries_no_plugin_record():
+    """The transport's record is resolve()'s (ResolvedNode.transport), not the placement's."""
+    p = shm()
+    assert not hasattr(p, "transport_record")
+    assert {f.name for f in dataclasses.fields(Placement)} == {"controller", "coprocessors", "transport", "qec_code"}
     assert "library" not in repr(p)
-    assert p == q and hash(p) == hash(q)
 
 
 def test_placement_equality_and_hashing():
@@ -527,16 +584,27 @@ def test_placement_is_frozen():
 def test_replace_revalidates():
     p = shm(Coprocessor(coprocessor_fn=echo))
     assert dataclasses.replace(p, qec_code="steane").qec_code == "steane"
-    with pytest.raises(PlacementError, match="needs a network endpoint"):
-        dataclasses.replace(p, transport="net")
+    assert dataclasses.replace(p, transport="net").transport == "net"  # no plugin is asked
+    with pytest.raises(PlacementError, match="qec_code"):
+        dataclasses.replace(p, qec_code="3d")
+    with pytest.raises(PlacementError, match="runs_in"):
+        dataclasses.replace(p.coprocessors[0], runs_in="inline")
 
 
 def test_placement_survives_copy_and_pickle():
-    p = shm(Coprocessor(init_args={"slots": 8}, coprocessor_fn=echo), Coprocessor(coprocessor_fn="lookup"),
+    p = shm(Coprocessor(init_args={"slots": 8}, coprocessor_fn=echo, runs_in="process"),
+            Coprocessor(coprocessor_fn="lookup", runs_in="controller-thread", endpoint=ep()),
+            Coprocessor(coprocessor_fn=CoprocessorFunction(name="n", library="/x.so", symbol="fn", context=b"\x01",
+                                                           reply_bits=7)),
+            controller=Controller(name="ctl", executor_options={"host": "h"}, init_args={"cpu": True}),
             qec_code="steane")
-    assert copy.deepcopy(p) == p
-    restored = pickle.loads(pickle.dumps(p))
-    assert restored == p and restored.transport_record.name == "shm"
+    for other in (copy.copy(p), copy.deepcopy(p), pickle.loads(pickle.dumps(p))):
+        assert other == p and hash(other) == hash(p)
+        assert other.to_json() == p.to_json()
+        assert [n.runs_in for n in other.coprocessors] == ["process", "controller-thread", None]
+        assert other.coprocessors[0].coprocessor_fn.python is echo
+        with pytest.raises(TypeError):
+            other.controller.init_args["cpu"] = False  # still read-only after the trip
 
 
 def test_placement_fields_are_keyword_only():
