@@ -124,7 +124,7 @@ def backline_transports() -> list[Transport]:
             summary="one process: the controller's post serves the coprocessor in place",
             serves=(("cpu", "controller"), ("cpu", "coprocessor")),
             runs_in=("controller-thread",),
-            init_args={"greeting": "any text; accepted and ignored (shows how a backend declares a key)"},
+            init_args={"greeting": "any text of at most 64 characters; checked, otherwise unused (how a backend declares a key)"},
             library=_library,
         )
     ]
@@ -159,7 +159,7 @@ LOOPBACK_C = """\
 
 /* One coprocessor's rings, shared with the controller that found them. */
 struct entry {
-    char key[128];
+    char key[BL_KEY_MAX_LEN + 1];
     uint8_t *rings;     /* the request ring, then the reply ring */
     uint32_t slots, slot_bytes;
     bl_session *coproc; /* the session the controller's deliver hook serves */
@@ -172,7 +172,7 @@ struct entry {
 /* One session's backend instance (the core's `impl`). */
 struct loopback {
     int32_t role;
-    char key[128];
+    char key[BL_KEY_MAX_LEN + 1];
     uint32_t slots, slot_bytes; /* coprocessor: the geometry the core parsed from config */
     bl_session *session;
     const bl_host_api *host;

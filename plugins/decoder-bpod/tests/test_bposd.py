@@ -39,8 +39,8 @@ from backline_core.builtins import steane as steane_table
 from backline_core.deployment import deploy
 from backline_core.errors import FunctionError, UnknownDecoderError
 
-SHARED = Path(os.environ.get("BACKLINE_SHARED", "/work/shared"))
-CODES_DIR = SHARED / "data" / "codes"
+#: the test data: code matrices as .npz (see data/README.md)
+CODES_DIR = Path(__file__).parent / "data"
 SUBPROCESS_TIMEOUT_S = 180
 
 NAMED = ["steane", "hgp13", "hgp-rep-5", "toric-4", "gross"]
@@ -56,15 +56,12 @@ LDPC_BP = {"min_sum": "minimum_sum", "product_sum": "product_sum"}
 @functools.cache
 def _load(name: str) -> CSSCode:
     if name.startswith("npz:"):
-        path = CODES_DIR / f"{name[4:]}.npz"
-        if not path.is_file():
-            pytest.skip(f"{path} is absent")
-        return CSSCode.from_npz(path)
+        return CSSCode.from_npz(CODES_DIR / f"{name[4:]}.npz")
     return codes.named_code(name)
 
 
 def load(name: str) -> CSSCode:
-    return _load(name)  # the skip of an absent .npz happens here, per test
+    return _load(name)
 
 
 @functools.cache
@@ -109,7 +106,7 @@ def check_matrix_of(name: str, which: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def get(name: str) -> CSSCode:
-    """The code named ``name`` (``npz:<stem>``: loaded from the shared data; skips if absent)."""
+    """The code named ``name`` (``npz:<stem>``: loaded from ``data/<stem>.npz``)."""
     return load(name)
 
 
@@ -457,19 +454,19 @@ def _shm_for(key: str) -> list[str]:
     return [n for n in os.listdir("/dev/shm") if n.startswith(f"backline.{key}")]
 
 
-def _hgp13_placement(locality: str, fn, **init_args) -> tuple[Placement, str]:
-    key = f"bposd-{locality}-{uuid.uuid4().hex[:10]}"
+def _hgp13_placement(runs_in: str, fn, **init_args) -> tuple[Placement, str]:
+    key = f"bposd-{runs_in}-{uuid.uuid4().hex[:10]}"
     return Placement(controller=Controller(), transport="memcpy",
-                     coprocessors=[Coprocessor(name=key, coprocessor_fn=fn,
-                                               init_args={"locality": locality, **init_args})]), key
+                     coprocessors=[Coprocessor(name=key, coprocessor_fn=fn, runs_in=runs_in,
+                                               init_args=init_args)]), key
 
 
-@pytest.mark.parametrize("locality", ["thread", "process"])
-def test_css_function_through_memcpy_equals_local_decoder(locality):
+@pytest.mark.parametrize("runs_in", ["thread", "process"])
+def test_css_function_through_memcpy_equals_local_decoder(runs_in):
     code = get("hgp13")
     settings = {"osd_method": "osd_cs", "osd_order": 4, "error_rate": 0.1}
     fn = css_bp_decoder(code.hx, code.hz, **settings)
-    placement, key = _hgp13_placement(locality, fn)
+    placement, key = _hgp13_placement(runs_in, fn)
     local = {0: BpOsdDecoder(code.hx, **settings), 1: BpOsdDecoder(code.hz, **settings)}
     every = [bytes([s]) for s in range(64)]  # all syndromes of 6 checks
     rounds = 0
@@ -483,10 +480,10 @@ def test_css_function_through_memcpy_equals_local_decoder(locality):
     assert not _shm_for(key)
 
 
-@pytest.mark.parametrize("locality", ["thread", "process"])
-def test_bad_syndrome_in_a_live_session_is_an_error_reply(locality):
+@pytest.mark.parametrize("runs_in", ["thread", "process"])
+def test_bad_syndrome_in_a_live_session_is_an_error_reply(runs_in):
     code = get("hgp13")
-    placement, key = _hgp13_placement(locality, css_bp_decoder(code.hx, code.hz))
+    placement, key = _hgp13_placement(runs_in, css_bp_decoder(code.hx, code.hz))
     ok = BpOsdDecoder(code.hz).decode_packed(b"\x05")
     with deploy(placement, in_bytes=4, out_bytes=2) as d:
         ctl = d.session()
@@ -514,7 +511,7 @@ def test_bound_function_reports_bad_ids_and_lengths():
             fn(0, b"\x01", out_cap=1)  # the reply needs 2 bytes
 
 
-def test_process_locality_with_a_large_code():
+def test_coprocessor_process_with_a_large_code():
     code = codes.named_code("hgp-rep-45")  # n = 3961: a 142 kB context, 284 kB as hex
     # css_bp_decoder's function, built without its commutation check (an int64 matmul taking ~10 s here)
     fn = CoprocessorFunction(name="bposd", library=LIBRARY, symbol="bpod_css_fn", init_symbol="bpod_css_init",
@@ -579,32 +576,26 @@ def test_plugin_entry_points():
 
 
 @pytest.fixture
-def hgp13_npz(tmp_path) -> Path:
-    shared = CODES_DIR / "hgp13.npz"
-    if shared.is_file():
-        return shared
-    code = codes.named_code("hgp13")
-    path = tmp_path / "hgp13.npz"
-    np.savez(path, Hx=code.hx, Hz=code.hz, Lx=code.lx, Lz=code.lz, d=3)
-    return path
+def hgp13_npz() -> Path:
+    return CODES_DIR / "hgp13.npz"
 
 
-@pytest.mark.parametrize("locality, extra", [
+@pytest.mark.parametrize("runs_in, extra", [
     ("thread", []),
     ("process", ["--decoder-id", "1", "--decoder-param", "max_iter=5", "--decoder-param", "osd_method=osd_cs",
                  "--decoder-param", "osd_order=3"]),
 ])
-def test_backline_bench_with_bposd(locality, extra, hgp13_npz, tmp_path):
+def test_backline_bench_with_bposd(runs_in, extra, hgp13_npz, tmp_path):
     before = set(_shm_for(""))
     out = tmp_path / "bench.json"
     result = subprocess.run(
         [sys.executable, "-m", "backline_core.cli", "bench", "--coprocessor-fn", "bposd", "--code", str(hgp13_npz),
-         "--locality", locality, "--rounds", "20000", "--block", "5000", "--no-progress", "--json", str(out), *extra],
+         "--runs-in", runs_in, "--rounds", "20000", "--block", "5000", "--no-progress", "--json", str(out), *extra],
         check=False, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
     assert result.returncode == 0, result.stdout + result.stderr
     data = json.loads(out.read_text())
     assert data["lost"] == 0 and data["mismatched"] == 0
-    assert data["config"]["coprocessor_fn"] == "bposd" and data["config"]["locality"] == locality
+    assert data["config"]["coprocessor_fn"] == "bposd" and data["config"]["runs_in"] == runs_in
     assert data["config"]["payload_bytes"] == 1 and data["rounds"] == 20000
     assert set(_shm_for("")) <= before
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import doctest
 import itertools
-import os
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +22,8 @@ from backline_decoder_bpod.codes import (
     toric_code,
 )
 
-SHARED = Path(os.environ.get("BACKLINE_SHARED", "/work/shared"))
-CODES_DIR = SHARED / "data" / "codes"
-needs_shared = pytest.mark.skipif(not CODES_DIR.is_dir(), reason=f"{CODES_DIR} is absent")
+#: the test data: code matrices as .npz (see data/README.md)
+CODES_DIR = Path(__file__).parent / "data"
 
 
 def gf2_matmul(a, b):
@@ -219,10 +217,9 @@ def test_distance_by_brute_force(name):
 
 
 # ------------------------------------------------------------------------------------------
-# Shared .npz files
+# The .npz test data
 # ------------------------------------------------------------------------------------------
 
-@needs_shared
 @pytest.mark.parametrize("stem, n, k, d", [("steane", 7, 1, 3), ("hgp13", 13, 1, 3)])
 def test_from_npz(stem, n, k, d):
     code = CSSCode.from_npz(CODES_DIR / f"{stem}.npz")
@@ -236,7 +233,6 @@ def test_from_npz(stem, n, k, d):
     assert CSSCode.from_npz(str(CODES_DIR / f"{stem}.npz"), name="other").name == "other"
 
 
-@needs_shared
 def test_hgp13_npz_matches_hypergraph_product_parameters():
     code = CSSCode.from_npz(CODES_DIR / "hgp13.npz")
     built = hypergraph_product(repetition_code(3), repetition_code(3))

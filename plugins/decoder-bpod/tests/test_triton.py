@@ -250,7 +250,7 @@ def test_css_function_in_a_memcpy_thread_session():
     fn = css_bp_decoder(code.hx, code.hz, platform="triton", **settings)
     key = f"bltriton-{uuid.uuid4().hex[:12]}"
     in_bytes, out_bytes = 8, (code.n + 7) // 8  # room for a too-long syndrome to reach the function
-    with Session.open("memcpy", "coprocessor", key, functions=[fn], config="locality=thread"), \
+    with Session.open("memcpy", "coprocessor", key, functions=[fn], runs_in="thread"), \
             Session.open("memcpy", "controller", key, config="timeout_ms=60000", in_bytes=in_bytes,
                          out_bytes=out_bytes) as ctl, \
             BoundFunction(css_bp_decoder(code.hx, code.hz, **settings)) as ref:
