@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
+import numbers
 import os
 import sys
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +29,7 @@ from .coprocessor_function import CoprocessorFunction
 from .deployment import deploy
 from .errors import BacklineError, from_status
 from .native import ffi, last_error, lib
-from .placement import Controller, Coprocessor, Placement
+from .placement import RUNS_IN, Controller, Coprocessor, Placement
 from .resolution import resolve
 
 PERCENTILES = (("p99", 99.0), ("p999", 99.9), ("p9999", 99.99), ("p99999", 99.999))
@@ -58,26 +61,251 @@ class BenchConfig:
     progress: bool = False
 
     def validate(self) -> None:
-        if self.rounds < 2:
-            raise BacklineError(f"--rounds {self.rounds}: need at least 2 (round 0 plus one steady-state round)")
+        """Refuse a configuration the bench cannot run, with the option to change (before anything starts).
+
+        Every bound comes from the ABI (``backline_core._native.lib``) or this machine:
+        payloads fit the largest slot, decoder ids are below ``BL_MAX_DECODERS``, the
+        LFSR seed and span fit its 32 bits, CPUs are ones this process may run on, and
+        the timing arrays and payload tables fit in half the memory available now.
+        """
+        for option, value in (("--transport", self.transport), ("--coprocessor-fn", self.coprocessor_fn),
+                              ("--driver", self.driver), ("--cadence", self.cadence)):
+            if not isinstance(value, str) or not value:
+                raise BacklineError(f"{option} {value!r}: must be a non-empty name")
+        if self.runs_in is not None and self.runs_in not in RUNS_IN:
+            raise BacklineError(f"--runs-in {self.runs_in!r}: choose one of {', '.join(RUNS_IN)}")
+        rounds = _integer("--rounds", self.rounds)
+        if rounds < 2:
+            raise BacklineError(f"--rounds {rounds}: need at least 2 (round 0 plus one steady-state round)")
         if self.cadence not in ("b2b", "random-delayed"):
             raise BacklineError(f"--cadence {self.cadence!r}: choose b2b or random-delayed")
+        payload = _integer("--payload-bytes", self.payload_bytes)
+        if payload < 1:
+            raise BacklineError(f"--payload-bytes {payload}: must be at least 1")
+        if payload > MAX_PAYLOAD_BYTES:
+            raise BacklineError(f"--payload-bytes {payload}: at most {MAX_PAYLOAD_BYTES} (the largest slot, "
+                                f"BL_MAX_SLOT_BYTES {lib.BL_MAX_SLOT_BYTES}, minus the "
+                                f"{lib.BL_FRAME_HEADER_BYTES}-byte frame header)")
+        seed = _integer("--seed", self.seed)
+        if seed == 0:
+            raise BacklineError("--seed 0 would lock the LFSR at zero; use any other value")
+        if not 0 < seed <= LFSR_MAX:
+            raise BacklineError(f"--seed {seed}: the LFSR state is {LFSR_MAX.bit_length()} bits; use 1 to {LFSR_MAX}")
+        gap = _integer("--gap-ns", self.gap_ns)
+        if not 0 <= gap <= MAX_GAP_NS:
+            raise BacklineError(f"--gap-ns {gap}: must be from 0 to {MAX_GAP_NS:_} (1 s)")
+        span = _integer("--gap-span", self.gap_span)
+        if not 0 <= span <= LFSR_MAX:
+            raise BacklineError(f"--gap-span {span}: a mask of the LFSR's state, from 0 to {LFSR_MAX:#x}")
+        decoder_id = _integer("--decoder-id", self.decoder_id)
+        if not 0 <= decoder_id < lib.BL_MAX_DECODERS:
+            raise BacklineError(f"--decoder-id {decoder_id}: must be from 0 to {lib.BL_MAX_DECODERS - 1} "
+                                "(BL_MAX_DECODERS)")
+        block, warmup = _integer("--block", self.block), _integer("--warmup", self.warmup)
+        if block < 1 or warmup < 0:
+            raise BacklineError("--block must be >= 1 and --warmup >= 0")
+        if not isinstance(self.error_rate, numbers.Real) or not (math.isfinite(self.error_rate)
+                                                                 and 0 < self.error_rate < 1):
+            raise BacklineError(f"--error-rate {self.error_rate}: must be a probability strictly between 0 and 1")
+        if not isinstance(self.decoder_params, dict):
+            raise BacklineError("decoder_params must be a dict of str to str, not "
+                                f"{type(self.decoder_params).__name__}")
+        allowed = os.sched_getaffinity(0)
+        for name, cpu in (("--controller-cpu", self.controller_cpu), ("--coprocessor-cpu", self.coprocessor_cpu)):
+            if cpu is None:
+                continue
+            cpu = _integer(name, cpu)
+            if cpu not in allowed:
+                raise BacklineError(f"{name} {cpu}: not a CPU this process may run on (it may use CPUs "
+                                    f"{_cpu_ranges(allowed)}); or give none")
+        if self.code is not None:
+            hx, hz = load_code(self.code)
+            if decoder_id not in (0, 1):
+                raise BacklineError(f"--decoder-id {decoder_id}: with --code, 0 decodes Hx syndromes and 1 "
+                                    "Hz syndromes")
+            payload = _syndrome_bytes(hx if decoder_id == 0 else hz)
+            if payload > MAX_PAYLOAD_BYTES:
+                raise BacklineError(f"--code {self.code}: a syndrome of {payload} bytes does not fit the largest "
+                                    f"slot's {MAX_PAYLOAD_BYTES}-byte payload")
+        if self.code is None and self.coprocessor_fn == "steane" and payload != 1:
+            raise BacklineError("--coprocessor-fn steane takes a 1-byte syndrome: use --payload-bytes 1")
         if self.driver not in ("native", "python"):
             plugins.get("driver", self.driver)  # an unknown name lists the installed drivers
-        if self.payload_bytes < 1:
-            raise BacklineError(f"--payload-bytes {self.payload_bytes}: must be at least 1")
-        if self.code is not None and not 0 < self.error_rate < 1:
-            raise BacklineError(f"--error-rate {self.error_rate}: must be between 0 and 1")
-        if self.code is None and self.coprocessor_fn == "steane" and self.payload_bytes != 1:
-            raise BacklineError("--coprocessor-fn steane takes a 1-byte syndrome: use --payload-bytes 1")
-        if self.block < 1 or self.warmup < 0:
-            raise BacklineError("--block must be >= 1 and --warmup >= 0")
-        if self.seed == 0:
-            raise BacklineError("--seed 0 would lock the LFSR at zero; use any other value")
-        ncpu = os.cpu_count() or 1
-        for name, cpu in (("--controller-cpu", self.controller_cpu), ("--coprocessor-cpu", self.coprocessor_cpu)):
-            if cpu is not None and not 0 <= cpu < ncpu:
-                raise BacklineError(f"{name} {cpu}: this machine has CPUs 0..{ncpu - 1}")
+        self._check_memory(rounds, payload)
+        _check_floor(payload)
+
+    def memory_needed(self, payload_bytes: int | None = None) -> tuple[int, int]:
+        """Bytes this run allocates: (timing arrays, payload tables and rings)."""
+        payload = self.payload_bytes if payload_bytes is None else payload_bytes
+        arrays = 2 if self.driver == "native" else 3  # framework + floor (+ native with another driver)
+        timing = 8 * (arrays * (self.rounds - 1) + max(self.warmup, 1) + 1)
+        ring = ring_geometry(payload, payload)
+        buffers = 2 * ring["slots"] * ring["slot_bytes"]  # request and reply rings
+        if self.code is not None or self.coprocessor_fn != "echo" or self.driver not in ("native", "python"):
+            buffers += 3 * PAYLOAD_TABLE * payload  # requests and replies, native and Python copies
+        elif self.driver == "python":
+            buffers += min(self.block, self.rounds) * payload  # one block's payloads at a time
+        return timing, buffers
+
+    def _check_memory(self, rounds: int, payload: int) -> None:
+        available = available_memory()
+        if available is None:
+            return
+        budget = available // 2
+        timing, buffers = self.memory_needed(payload)
+        if timing + buffers <= budget:
+            return
+        per_round = timing // max(rounds - 1, 1)
+        if timing > budget:
+            fit = max(2, (budget - buffers) // max(per_round, 1))
+            raise BacklineError(
+                f"--rounds {rounds:,}: its round-trip times need {_bytes(timing)} ({per_round} B a round) but "
+                f"{_bytes(available)} of memory is available and a run may use half; use at most {fit:,} rounds")
+        raise BacklineError(
+            f"--payload-bytes {payload}: its payload tables and rings need {_bytes(buffers)} but {_bytes(available)} "
+            "of memory is available and a run may use half; use a smaller payload")
+
+
+#: the largest payload a frame carries: the largest slot less the frame header (ABI constants)
+MAX_PAYLOAD_BYTES = lib.BL_MAX_SLOT_BYTES - lib.BL_FRAME_HEADER_BYTES
+#: the bench's LFSR state (bl_bench_config.lfsr, 32 bits): seeds and span masks fit in it
+LFSR_MAX = (1 << (8 * ffi.sizeof(dict(ffi.typeof("bl_bench_config").fields)["lfsr"].type))) - 1
+#: the longest base gap between random-delayed rounds (1 s)
+MAX_GAP_NS = 1_000_000_000
+
+
+def _check_floor(payload_bytes: int) -> None:
+    """The floor runs every payload the framework does (its limit: BL_BENCH_MAX_PAYLOAD_BYTES)."""
+    if payload_bytes > lib.BL_BENCH_MAX_PAYLOAD_BYTES:
+        raise BacklineError(f"--payload-bytes {payload_bytes}: larger than the {lib.BL_BENCH_MAX_PAYLOAD_BYTES} bytes "
+                            "the floor ping-pong (bl_bench_floor) carries, which every run measures against")
+
+
+def _integer(option: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise BacklineError(f"{option} {value!r}: must be an integer")
+    return int(value)
+
+
+def _cpu_ranges(cpus: set[int]) -> str:
+    out, run = [], []
+    for c in sorted(cpus):
+        if run and c != run[-1] + 1:
+            out.append(run)
+            run = []
+        run.append(c)
+    if run:
+        out.append(run)
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in out)
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation now (Linux MemAvailable), None if unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None
+
+
+def ring_geometry(in_bytes: int, out_bytes: int) -> dict[str, int]:
+    """Slots for messages of these sizes: the default ring when its slots fit them; else
+    slots just large enough (header included, aligned), fewer of them so that one ring
+    stays within the default ring's bytes where it can (one round is in flight at a time)."""
+    default = {"slots": lib.BL_DEFAULT_SLOTS, "slot_bytes": lib.BL_DEFAULT_SLOT_BYTES}
+    need = lib.BL_FRAME_HEADER_BYTES + max(in_bytes, out_bytes, 1)
+    if need <= lib.BL_DEFAULT_SLOT_BYTES:
+        return default
+    slot_bytes = -(-need // lib.BL_SLOT_ALIGN) * lib.BL_SLOT_ALIGN
+    fit = max(1, (lib.BL_DEFAULT_SLOTS * lib.BL_DEFAULT_SLOT_BYTES) // slot_bytes)
+    return {"slots": 1 << (fit.bit_length() - 1), "slot_bytes": slot_bytes}
+
+
+def _syndrome_bytes(h: np.ndarray) -> int:
+    return -(-h.shape[0] // 8)
+
+
+def load_code(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """(Hx, Hz) of the ``.npz`` archive at ``path``, checked: 2-D, non-empty, only 0 and 1, as many columns.
+
+    Nothing is cast before it is checked: a NaN, a 2 or a 0.5 in a matrix is refused,
+    naming the entry, instead of becoming some other code.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise BacklineError(f"--code {path!r}: must be the path of a .npz file")
+    if not os.path.exists(path):
+        raise BacklineError(f"--code {path}: no such file")
+    if os.path.isdir(path):
+        raise BacklineError(f"--code {path}: is a directory, not a .npz file")
+    how = "save one with numpy.savez(path, Hx=..., Hz=...)"
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+    except OSError as exc:
+        raise BacklineError(f"--code {path}: cannot be read ({exc.strerror or exc})") from None
+    if magic == b"\x93NUMPY":
+        raise BacklineError(f"--code {path}: holds a single .npy array, not an .npz archive of Hx and Hz; {how}")
+    if not magic.startswith(b"PK"):
+        raise BacklineError(f"--code {path}: is not an .npz archive (a zip of .npy arrays); {how}")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise BacklineError(f"--code {path}: not a .npz archive of Hx and Hz ({_first_line(exc)}); {how}") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise BacklineError(f"--code {path}: holds a single array, not an .npz archive of Hx and Hz; {how}")
+    with data:
+        missing = [name for name in ("Hx", "Hz") if name not in data.files]
+        if missing:
+            held = ", ".join(data.files) or "no arrays"
+            raise BacklineError(f"--code {path}: has no {' or '.join(missing)} (it holds {held}); {how}")
+        matrices = []
+        for name in ("Hx", "Hz"):
+            try:
+                raw = data[name]
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+                raise BacklineError(f"--code {path}: {name} cannot be read as a numeric matrix "
+                                    f"({_first_line(exc)}; a ragged list of rows is stored as objects)") from None
+            matrices.append(_binary_matrix(path, name, raw))
+    hx, hz = matrices
+    if hx.shape[1] != hz.shape[1]:
+        raise BacklineError(f"--code {path}: Hx has {hx.shape[1]} columns and Hz {hz.shape[1]}; both have one "
+                            "column per qubit")
+    return hx, hz
+
+
+def _binary_matrix(path: str, name: str, raw: np.ndarray) -> np.ndarray:
+    if raw.dtype.kind not in "biuf":
+        raise BacklineError(f"--code {path}: {name} holds {raw.dtype} values; a parity-check matrix holds 0 and 1")
+    if raw.ndim != 2 or 0 in raw.shape:
+        raise BacklineError(f"--code {path}: {name} must be a non-empty 2-D parity-check matrix, got shape "
+                            f"{raw.shape}")
+    bad = np.argwhere(~((raw == 0) | (raw == 1)))  # NaN equals neither
+    if bad.size:
+        r, c = (int(i) for i in bad[0])
+        value = raw[r, c].item()
+        more = f" (and {len(bad) - 1} more such entries)" if len(bad) > 1 else ""
+        raise BacklineError(f"--code {path}: {name}[{r}, {c}] is {value!r}{more}; a parity-check matrix holds "
+                            "only 0 and 1")
+    return np.ascontiguousarray(raw, dtype=np.uint8)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @dataclass
@@ -180,7 +408,10 @@ class _Runner:
     def floor(self, first: int, out: np.ndarray) -> None:
         self.c.first_round, self.c.rounds = first, out.size
         cpu = -1 if self.cfg.coprocessor_cpu is None else self.cfg.coprocessor_cpu
-        lib.bl_bench_floor(self.c, cpu, ffi.from_buffer("uint64_t[]", out), self.res)
+        rc = lib.bl_bench_floor(self.c, cpu, ffi.from_buffer("uint64_t[]", out), self.res)
+        if rc < 0 and not self.res.lost:  # refused outright (a payload it cannot carry, no memory, no thread)
+            raise from_status(rc, f"the floor ping-pong (bl_bench_floor) could not run {self.cfg.payload_bytes}-byte "
+                                  "payloads")
         if self.res.lost:
             raise BacklineError("the floor ping-pong timed out: is the responder CPU available?")
 
@@ -257,16 +488,16 @@ def _index_payload(i: int, n: int) -> bytes:
 PAYLOAD_TABLE = 1024  # distinct requests cycled through when replies must be precomputed
 
 
-def _payloads(cfg: BenchConfig, function: CoprocessorFunction) -> tuple[bytes, bytes, int] | None:
+def _payloads(cfg: BenchConfig, function: CoprocessorFunction,
+              code: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[bytes, bytes, int] | None:
     """Requests and the replies the function must give them; None for echo (index payloads).
 
     Steane's replies come from its Hx, not from the table under test; any other function's
     come from calling it locally (BoundFunction), so the run checks what the transport
     delivered, not the decoder itself."""
     rng = np.random.default_rng(cfg.seed)
-    if cfg.code is not None:
-        with np.load(cfg.code) as data:
-            h = np.asarray(data["Hx" if cfg.decoder_id == 0 else "Hz"], dtype=np.uint8)
+    if code is not None:
+        h = code[0] if cfg.decoder_id == 0 else code[1]
         errors = (rng.random((PAYLOAD_TABLE, h.shape[1])) < cfg.error_rate).astype(np.uint8)
         syndromes = (errors @ h.T) % 2
         requests = [np.packbits(row, bitorder="little").tobytes() for row in syndromes.astype(np.uint8)]
@@ -289,9 +520,9 @@ def run(cfg: BenchConfig, report: Callable[[str], None] = lambda s: None) -> Ben
     cfg.validate()
     decoder = plugins.get("decoder", cfg.coprocessor_fn)
     params: dict[str, Any] = dict(cfg.decoder_params)
-    if cfg.code is not None:
-        with np.load(cfg.code) as data:
-            params.update(hx=np.asarray(data["Hx"], dtype=np.uint8), hz=np.asarray(data["Hz"], dtype=np.uint8))
+    code = load_code(cfg.code) if cfg.code is not None else None
+    if code is not None:
+        params.update(hx=code[0], hz=code[1])
     try:
         inspect.signature(decoder.build).bind(**params)
     except TypeError as exc:
@@ -299,12 +530,18 @@ def run(cfg: BenchConfig, report: Callable[[str], None] = lambda s: None) -> Ben
         raise BacklineError(f"decoder {cfg.coprocessor_fn!r} does not take these parameters ({given}): {exc}"
                             + ("; --code needs a decoder built from Hx and Hz, such as bposd" if cfg.code else "")) from None
     function = decoder.build(**params)
-    table = _payloads(cfg, function)
+    if cfg.decoder_id not in function.decoder_ids:
+        raise BacklineError(f"--decoder-id {cfg.decoder_id}: {cfg.coprocessor_fn} serves decoder ids "
+                            f"{', '.join(map(str, function.decoder_ids))}")
+    table = _payloads(cfg, function, code)
     if table is not None and cfg.code is not None:
         cfg.payload_bytes = len(table[0]) // PAYLOAD_TABLE
     out_bytes = table[2] if table is not None else cfg.payload_bytes
     idle_spin_us = 200 if cfg.cadence == "b2b" else max(200, 4 * (cfg.gap_ns + cfg.gap_span) // 1000)
     init_args: dict[str, Any] = {"idle_spin_us": idle_spin_us}
+    ring = ring_geometry(cfg.payload_bytes, out_bytes)
+    if ring["slot_bytes"] != lib.BL_DEFAULT_SLOT_BYTES:  # messages past the default slot: slots that fit them
+        init_args.update(ring)
     part = plugins.transport_backend(cfg.transport, "cpu", "coprocessor")
     runs_in = cfg.runs_in or part.runs_in[0]
     # Only keys the transport declares: pinning is a transport's own setting, not the core's.
@@ -442,6 +679,43 @@ def plot(result: BenchResult, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def check_outputs(json_path: str | None, plot_path: str | None) -> None:
+    """Refuse, before a run starts, a --json or --plot file that could not be written
+    afterwards (and --plot without matplotlib), so a long run is not lost at its end."""
+    for option, path in (("--json", json_path), ("--plot", plot_path)):
+        if path:
+            _check_writable(option, path)
+    if plot_path:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as exc:
+            raise BacklineError(f"--plot needs matplotlib ({_first_line(exc)}): "
+                                "pip install 'backline-core[plot]'") from None
+
+
+def _check_writable(option: str, path: str) -> None:
+    """Open ``path`` for appending (never truncating it); remove it again if this made it."""
+    if os.path.isdir(path):
+        raise BacklineError(f"{option} {path}: is a directory; give a file name")
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        parent = os.path.dirname(os.path.abspath(path))
+        if isinstance(exc, FileNotFoundError):
+            reason = f"its directory {parent} does not exist"
+        elif isinstance(exc, NotADirectoryError):
+            reason = f"{parent} is not a directory" if os.path.exists(parent) else f"a part of {parent} is a file"
+        raise BacklineError(f"{option} {path}: cannot be written ({reason})") from None
+    if not existed:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def main_report(result: BenchResult, json_path: str | None, plot_path: str | None) -> str:

@@ -4,20 +4,111 @@
     backline bench [options]              round-trip benchmark against the bare floor
     backline coprocessor serve --key K    serve a coprocessor over a transport until signalled
     backline demo ghz [options]           the paper's Listing 3 (needs backline-compiler[frontend])
+
+Every error, the command line's own included, is one line on stderr,
+``backline: error: ...``, and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import select
 import signal
 import sys
+import time
 from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any, NoReturn
 
 from .errors import BacklineError
 
+#: this process's parent when the module was imported (as early as ``coprocessor serve``
+#: can look): a --parent-pid equal to it is watched as the parent it is
+_STARTUP_PPID = os.getppid()
+
+
+def one_line(text: str) -> str:
+    """``text`` (perhaps several lines, such as a list of installed plugins) as one line."""
+    out = ""
+    for line in (part.strip() for part in str(text).splitlines()):
+        if not line:
+            continue
+        out = line if not out else f"{out} {line}" if out.endswith(":") else f"{out}; {line}"
+    return out
+
+
+def _fail(message: str) -> None:
+    print(f"backline: error: {one_line(message)}", file=sys.stderr)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line (``--help`` prints the usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        _fail(f"{message} (see {self.prog} --help)")
+        sys.exit(2)
+
+
+# -- argument types: a bad value is a one-line usage error naming the option ------------------
+
+def _whole_number(text: str) -> int:
+    """An integer, also written as 1e6 or 1_000_000 (bounds are the command's to check)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = Decimal(text.replace("_", ""))
+    except InvalidOperation:
+        value = None
+    if value is None or not value.is_finite() or value != value.to_integral_value():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    if value.adjusted() > 30:
+        raise argparse.ArgumentTypeError(f"{text!r} is far too large")
+    return int(value)
+
+
+def _integer_any_base(text: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer (decimal, or 0x... hexadecimal)") from None
+
+
+def _cpu(text: str) -> int | None:
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a CPU number (or none)") from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of seconds >= 0, or leave the option out "
+                                         "to serve until signalled")
+    return value
+
+
+def _pid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process id")
+    return value
+
+
+# -- plugins ----------------------------------------------------------------------------------
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
     from . import plugins
@@ -29,18 +120,23 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     if not rows:
         print("no plugins installed")
         return 0
-    width = max(len(r.name) for r in rows)
+    # One row per (name, distribution): a transport that several distributions serve has a
+    # row for each part, its name repeated, saying what that part serves.
+    name_width = max(len(r.name) for r in rows)
+    origin_width = max(len(f"{r.distribution} {r.version}".strip()) for r in rows)
     for kind in ("transport", "decoder", "executor", "pass", "device", "driver"):
-        kind_rows = [r for r in rows if r.kind == kind]
+        kind_rows = sorted((r for r in rows if r.kind == kind), key=lambda r: (r.name, r.distribution))
         if not kind_rows:
             continue
         print(f"{kind}es:" if kind.endswith("s") else f"{kind}s:")
         for r in kind_rows:
             origin = f"{r.distribution} {r.version}".strip()
-            what = f"FAILED TO LOAD: {r.error}" if r.error else r.serves
-            print(f"  {r.name:<{width}}  {origin:<36} {what}")
+            what = f"FAILED TO LOAD: {one_line(r.error)}" if r.error else one_line(r.serves)
+            print(f"  {r.name:<{name_width}}  {origin:<{origin_width}}  {what}".rstrip())
     return 1 if args.strict and any(r.error for r in rows) else 0
 
+
+# -- bench ------------------------------------------------------------------------------------
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
@@ -48,11 +144,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     cfg = bench.BenchConfig(
         transport=args.transport, runs_in=args.runs_in, coprocessor_fn=args.coprocessor_fn,
         rounds=args.rounds, payload_bytes=args.payload_bytes, cadence=args.cadence, gap_ns=args.gap_ns,
-        gap_span=args.gap_span, seed=args.seed, controller_cpu=_cpu(args.controller_cpu),
-        coprocessor_cpu=_cpu(args.coprocessor_cpu), driver=args.driver, block=args.block, warmup=args.warmup,
+        gap_span=args.gap_span, seed=args.seed, controller_cpu=args.controller_cpu,
+        coprocessor_cpu=args.coprocessor_cpu, driver=args.driver, block=args.block, warmup=args.warmup,
         progress=not args.no_progress, code=args.code, error_rate=args.error_rate, decoder_id=args.decoder_id,
         decoder_params=_params(args.decoder_param),
     )
+    cfg.validate()
+    bench.check_outputs(args.json, args.plot)  # before the run: its results must have somewhere to go
     result = bench.run(cfg, report=bench.stderr_report)
     print(bench.main_report(result, args.json, args.plot))
     return 0 if result.lost == 0 and result.mismatched == 0 else 1
@@ -67,69 +165,201 @@ def _params(items: Sequence[str]) -> dict[str, str]:
         raise BacklineError(f"--decoder-param: {exc}") from None
 
 
-def _cpu(text: str) -> int | None:
-    return None if text == "none" else int(text)
+# -- coprocessor serve ------------------------------------------------------------------------
 
+def _bindings(specs: Sequence[str]) -> list[Any]:
+    """The functions ``--fn`` names, checked before any session exists."""
+    from .coprocessor_function import MAX_DECODERS, CoprocessorFunction, load_import_path
 
-def _cmd_serve(args: argparse.Namespace) -> int:
-    from .coprocessor_function import CoprocessorFunction, load_import_path
-    from .session import Session
-
-    bindings = []
-    for spec in args.fn:
+    bindings: list[Any] = []
+    for spec in specs:
+        shown = spec
         if spec.startswith("@"):  # the spec is in a file (long native contexts)
             try:
                 with open(spec[1:]) as fh:
                     spec = fh.read()
             except OSError as exc:
-                raise BacklineError(f"--fn {spec}: cannot read the function spec: {exc}") from None
+                raise BacklineError(f"--fn {shown}: cannot read the function spec: {exc}") from None
         if spec.startswith("{"):
             try:
                 bindings.append(CoprocessorFunction.from_dict(json.loads(spec)))
-            except json.JSONDecodeError as exc:
+            except (json.JSONDecodeError, TypeError, ValueError) as exc:
+                if isinstance(exc, BacklineError):
+                    raise
                 raise BacklineError(f"--fn: not a JSON CoprocessorFunction description: {exc}") from None
             continue
         name, _, ids = spec.partition("@")
-        try:
-            decoder_ids = [int(i) for i in ids.split(",")] if ids else None
-        except ValueError:
-            raise BacklineError(f"--fn {spec!r}: decoder ids after '@' must be integers, e.g. steane@0,1") from None
+        if not name:
+            raise BacklineError(f"--fn {shown!r}: give a decoder name or module:function before '@'")
+        decoder_ids = None
+        if ids:
+            try:
+                decoder_ids = [int(i) for i in ids.split(",")]
+            except ValueError:
+                raise BacklineError(f"--fn {shown!r}: decoder ids after '@' must be integers, "
+                                    "e.g. steane@0,1") from None
+            for i in decoder_ids:
+                if not 0 <= i < MAX_DECODERS:
+                    raise BacklineError(f"--fn {shown!r}: decoder id {i} must be from 0 to {MAX_DECODERS - 1} "
+                                        "(BL_MAX_DECODERS)")
+            if len(set(decoder_ids)) != len(decoder_ids):
+                raise BacklineError(f"--fn {shown!r}: a decoder id is repeated")
         bindings.append((load_import_path(name) if ":" in name else name, decoder_ids))
-    session = Session.open(args.transport, "coprocessor", args.key, config=args.config, hardware=args.hardware,
-                           runs_in="process", functions=bindings)
-    try:
-        print(f"ready key={args.key} pid={os.getpid()} transport={args.transport}", flush=True)
-        _wait_for_stop(args.duration, args.parent_pid)
-    finally:
-        session.destroy()
+    return bindings
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .session import Session
+
+    # Armed first: a signal, or the parent's death, during bring-up ends the serve as soon
+    # as bring-up returns (and before "ready" is printed); nothing kills it half-way.
+    with _StopWatch(args.parent_pid) as stop:
+        bindings = _bindings(args.fn)
+        if stop.triggered():
+            return 0
+        session = Session.open(args.transport, "coprocessor", args.key, config=args.config, hardware=args.hardware,
+                               runs_in="process", functions=bindings)
+        try:
+            if stop.triggered():
+                return 0
+            try:
+                print(f"ready key={args.key} pid={os.getpid()} transport={args.transport}", flush=True)
+            except BrokenPipeError:  # whoever started this is no longer reading: it is gone
+                _detach_stdout()
+                return 0
+            stop.wait(args.duration)
+        finally:
+            session.destroy()
     return 0
 
 
-def _wait_for_stop(duration: float | None, parent_pid: int | None) -> None:
-    """Block until SIGTERM, SIGINT or SIGHUP, ``duration`` seconds, or the death of ``parent_pid``."""
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda *_: None)  # the wakeup fd does the waking
-    watched = [wake_r]
-    parent_fd = None
-    if parent_pid is not None:
+def _detach_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+class _StopWatch:
+    """What ends ``coprocessor serve``: SIGTERM, SIGINT or SIGHUP, the exit of ``--parent-pid``
+    (a pidfd, readable once that process has exited, however it died), or ``--duration``."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def __init__(self, parent_pid: int | None) -> None:
+        self.parent_pid = parent_pid
+        self.reason: str | None = None
+        self._parent_fd: int | None = None
+        self._poll_parent = False  # no pidfd (an old kernel): poll the pid instead
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._old_fd = signal.set_wakeup_fd(self._wake_w)
+        self._old_handlers = {sig: signal.signal(sig, self._on_signal) for sig in self.SIGNALS}
+        if parent_pid is not None:
+            self._watch(parent_pid)
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:  # the wakeup fd does the waking
+        self.reason = self.reason or f"signal {signal.Signals(signum).name}"
+
+    def _watch(self, pid: int) -> None:
         try:
-            parent_fd = os.pidfd_open(parent_pid)  # readable once the parent has exited
+            self._parent_fd = os.pidfd_open(pid)
         except ProcessLookupError:
+            self.reason = f"process {pid} had exited before it could be watched"
             return
-        watched.append(parent_fd)
-        if os.getppid() != parent_pid:  # it died before the pidfd was opened
-            return
-    try:
-        select.select(watched, [], [], duration)
-    finally:
-        signal.set_wakeup_fd(-1)
-        for fd in (wake_r, wake_w, parent_fd):
+        except (AttributeError, OSError):
+            self._poll_parent = True
+        if _STARTUP_PPID == pid and os.getppid() != pid:
+            self.reason = f"parent process {pid} exited"  # it died while this process started
+        elif _started_after_me(pid):
+            self.reason = f"process {pid} exited (its pid now names a newer process)"
+
+    def _parent_gone(self) -> bool:
+        pid = self.parent_pid
+        if pid is None:
+            return False
+        if self._parent_fd is not None:
+            readable, _, _ = select.select([self._parent_fd], [], [], 0)
+            gone = bool(readable)
+        else:
+            gone = not _alive(pid) or (_STARTUP_PPID == pid and os.getppid() != pid)
+        if gone and self.reason is None:
+            self.reason = f"parent process {pid} exited"
+        return gone
+
+    def triggered(self) -> bool:
+        """Whether something asked the serve to stop (without waiting)."""
+        if self.reason is not None:
+            return True
+        if select.select([self._wake_r], [], [], 0)[0]:
+            self.reason = self.reason or "a signal"
+            return True
+        return self._parent_gone()
+
+    def wait(self, duration: float | None) -> None:
+        """Block until a stop signal, the parent's exit, or ``duration`` seconds."""
+        deadline = None if duration is None else time.monotonic() + duration
+        watched = [self._wake_r] + ([self._parent_fd] if self._parent_fd is not None else [])
+        while not self.triggered():
+            step = 3600.0 if deadline is None else deadline - time.monotonic()
+            if step <= 0:
+                return
+            if self._poll_parent:
+                step = min(step, 0.25)
+            select.select(watched, [], [], min(step, 3600.0))
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self._old_fd)
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        for fd in (self._wake_r, self._wake_w, self._parent_fd):
             if fd is not None:
                 os.close(fd)
+        self._parent_fd = None
 
+    def __enter__(self) -> _StopWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    stat = _proc_stat(pid)
+    return stat is not None and stat[0] == "Z"
+
+
+def _proc_stat(pid: int | str) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state first), None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
+def _started_after_me(pid: int) -> bool:
+    """Whether process ``pid`` started after this one did: then it is not the one that was
+    meant (a watched process started first), its pid was reused."""
+    theirs, mine = _proc_stat(pid), _proc_stat("self")
+    try:
+        return theirs is not None and mine is not None and int(theirs[19]) > int(mine[19])
+    except (IndexError, ValueError):
+        return False
+
+
+# -- demo -------------------------------------------------------------------------------------
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     import importlib
@@ -137,18 +367,20 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         demos = importlib.import_module("backline_compiler.demos")
     except ImportError as exc:
-        print(f"backline demo: the demos live in backline-compiler ({exc}); install it with its frontend: "
-              "pip install 'backline-compiler[frontend]'", file=sys.stderr)
+        _fail(f"demo: the demos live in backline-compiler ({exc}); install it with its frontend: "
+              "pip install 'backline-compiler[frontend]'")
         return 2
     module = demos.DEMOS.get(args.name)
     if module is None:
-        print(f"backline demo: unknown demo {args.name!r}; available: {', '.join(demos.DEMOS)}", file=sys.stderr)
+        _fail(f"demo: unknown demo {args.name!r}; available: {', '.join(demos.DEMOS)}")
         return 2
     return importlib.import_module(f"backline_compiler.demos.{module}").main(args.demo_args)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="backline", description="Backline: real-time QEC rounds between a controller and coprocessors.")
+    from .native import lib
+
+    parser = _Parser(prog="backline", description="Backline: real-time QEC rounds between a controller and coprocessors.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("plugins", help="list installed plugins, what they serve, and load errors")
@@ -162,43 +394,49 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--runs-in", default=None, choices=("controller-thread", "thread", "process"),
                    help="where the coprocessor runs (default: the transport's first choice)")
     b.add_argument("--coprocessor-fn", default="echo", help="decoder plugin name; every reply is checked")
-    b.add_argument("--rounds", type=int, default=1_000_000)
-    b.add_argument("--payload-bytes", type=int, default=8)
+    b.add_argument("--rounds", type=_whole_number, default=1_000_000,
+                   help="at least 2; at most what fits in half the available memory (8 B a round per path)")
+    b.add_argument("--payload-bytes", type=_whole_number, default=8,
+                   help=f"1 to {lib.BL_MAX_SLOT_BYTES - lib.BL_FRAME_HEADER_BYTES} (the largest slot less its header)")
     b.add_argument("--cadence", default="b2b", choices=("b2b", "random-delayed"))
-    b.add_argument("--gap-ns", type=int, default=2_000, help="random-delayed: base gap between rounds")
-    b.add_argument("--gap-span", type=lambda s: int(s, 0), default=0x3FFF,
-                   help="random-delayed: gap += LFSR & span (ns)")
-    b.add_argument("--seed", type=int, default=1, help="LFSR seed (nonzero)")
-    b.add_argument("--controller-cpu", default="0", help="CPU for the issuing thread, or none")
-    b.add_argument("--coprocessor-cpu", default="1", help="CPU for the coprocessor and the floor responder, or none")
+    b.add_argument("--gap-ns", type=_whole_number, default=2_000,
+                   help="random-delayed: base gap between rounds, 0 to 1e9 (1 s)")
+    b.add_argument("--gap-span", type=_integer_any_base, default=0x3FFF,
+                   help="random-delayed: gap += LFSR & span (ns), 0 to 0xffffffff")
+    b.add_argument("--seed", type=_whole_number, default=1, help="LFSR seed, 1 to 0xffffffff")
+    b.add_argument("--controller-cpu", type=_cpu, default="0", help="CPU for the issuing thread, or none")
+    b.add_argument("--coprocessor-cpu", type=_cpu, default="1",
+                   help="CPU for the coprocessor and the floor responder, or none")
     b.add_argument("--driver", default="native",
                    help="native, python, or a driver plugin such as compiled (backline-compiler)")
-    b.add_argument("--code", metavar="NPZ", help="CSS code (Hx, Hz) for a decoder such as bposd; payloads become "
-                   "syndromes of random errors and --payload-bytes follows the code")
-    b.add_argument("--error-rate", type=float, default=0.05, help="with --code: independent bit-flip probability")
-    b.add_argument("--decoder-id", type=int, default=0, help="decoder_id of every round (with --code: 0 = Hx, 1 = Hz)")
+    b.add_argument("--code", metavar="NPZ", help="CSS code (Hx, Hz: 0/1 matrices in an .npz) for a decoder such as "
+                   "bposd; payloads become syndromes of random errors and --payload-bytes follows the code")
+    b.add_argument("--error-rate", type=float, default=0.05,
+                   help="with --code: independent bit-flip probability, strictly between 0 and 1")
+    b.add_argument("--decoder-id", type=_whole_number, default=0,
+                   help=f"decoder_id of every round, 0 to {lib.BL_MAX_DECODERS - 1} (with --code: 0 = Hx, 1 = Hz)")
     b.add_argument("--decoder-param", action="append", default=[], metavar="KEY=VALUE",
                    help="passed to the decoder plugin's build() (repeatable)")
-    b.add_argument("--block", type=int, default=50_000, help="rounds per interleaved block")
-    b.add_argument("--warmup", type=int, default=16, help="unrecorded rounds at the start of each block")
-    b.add_argument("--json", metavar="FILE", help="write the statistics as JSON")
-    b.add_argument("--plot", metavar="FILE.png", help="draw the time series and CCDF")
+    b.add_argument("--block", type=_whole_number, default=50_000, help="rounds per interleaved block")
+    b.add_argument("--warmup", type=_whole_number, default=16, help="unrecorded rounds at the start of each block")
+    b.add_argument("--json", metavar="FILE", help="write the statistics as JSON (checked writable before the run)")
+    b.add_argument("--plot", metavar="FILE.png", help="draw the time series and CCDF (needs matplotlib)")
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=_cmd_bench)
 
     c = sub.add_parser("coprocessor", help="coprocessor processes")
     csub = c.add_subparsers(dest="coprocessor_command", required=True)
-    s = csub.add_parser("serve", help="serve a coprocessor session until SIGTERM/SIGINT")
+    s = csub.add_parser("serve", help="serve a coprocessor session until SIGTERM/SIGINT/SIGHUP")
     s.add_argument("--key", required=True, help="session key the controller pairs on")
     s.add_argument("--fn", action="append", required=True,
                    help="decoder name or module:function, optionally @id,id to choose the decoder_ids "
-                        "(default: those it declares), or a native CoprocessorFunction as JSON, or @FILE "
-                        "holding either; repeatable")
+                        f"(0 to {lib.BL_MAX_DECODERS - 1}; default: those it declares), or a native "
+                        "CoprocessorFunction as JSON, or @FILE holding either; repeatable")
     s.add_argument("--transport", default="memcpy")
     s.add_argument("--hardware", default="cpu")
     s.add_argument("--config", default="", help="the transport's configuration, k=v;k=v")
-    s.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
-    s.add_argument("--parent-pid", type=int, default=None,
+    s.add_argument("--duration", type=_seconds, default=None, help="stop after this many seconds")
+    s.add_argument("--parent-pid", type=_pid, default=None,
                    help="exit when this process exits (deploy and bench pass their own pid)")
     s.set_defaults(func=_cmd_serve)
 
@@ -213,8 +451,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except BacklineError as exc:
-        print(f"backline: error: {exc}", file=sys.stderr)
+    except (BacklineError, ValueError, OSError) as exc:
+        # What a user can fix (a value, a file, a plugin) is one line; an exception of any
+        # other type is a bug and keeps its traceback.
+        _fail(str(exc) or type(exc).__name__)
         return 2
     except KeyboardInterrupt:
         return 130

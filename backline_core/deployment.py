@@ -15,63 +15,183 @@ this process: it exits when its parent dies, however the parent dies.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
+import math
 import os
-import select
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
-from .errors import DeadlineError, PlacementError, TransportError
+from .errors import STATUS, DeadlineError, InvalidArgumentError, PlacementError, TransportError
 from .placement import Placement
 from .resolution import ResolvedNode, resolve
 from .session import Session, resolve_function
 
 
 class CoprocessorProcess:
-    """A coprocessor served by ``backline coprocessor serve`` in a child process."""
+    """A coprocessor served by ``backline coprocessor serve`` in a child process.
+
+    The child is ``python -P -m backline_core.cli`` with this interpreter's isolation flags
+    and an environment whose ``PYTHONPATH`` keeps only absolute entries: nothing in the
+    working directory (a module such as ``argparse.py``, a ``*.dist-info`` naming a plugin)
+    is imported there. It runs in its own process group (a terminal's Ctrl-C or hang-up
+    goes to this process, which stops it) and watches this process (``--parent-pid``), so
+    it exits when this process does, however this process ends.
+
+    Start-up waits at most ``ready_timeout`` seconds for the child's ``ready`` line; a child
+    that exits first raises the error its last line of stderr reports (as the
+    :class:`~backline_core.errors.TransportError` subclass its status names), and nothing
+    is left running when start-up fails. The child's output is read all along, so a
+    function that prints never blocks on a full pipe; :meth:`output_tail` has its last lines.
+    """
+
+    TAIL_LINES = 50
 
     def __init__(self, transport: str, key: str, functions: Sequence[str], config: str = "",
                  hardware: str = "cpu", ready_timeout: float = 30.0) -> None:
-        # -P: the working directory is not put on sys.path, so a file or a *.dist-info there
-        # cannot replace a module or a plugin inside the coprocessor.
-        cmd = [sys.executable, "-P", "-m", "backline_core.cli", "coprocessor", "serve",
+        if not isinstance(ready_timeout, (int, float)) or not (0 < ready_timeout < math.inf):
+            raise InvalidArgumentError(f"ready_timeout={ready_timeout!r} must be a finite number of seconds > 0")
+        if not sys.executable:
+            raise TransportError("cannot start a coprocessor process: this interpreter does not know its own "
+                                 "executable (sys.executable is empty)")
+        self.key = key
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._ready = threading.Event()
+        self._tail: collections.deque[tuple[str, str]] = collections.deque(maxlen=self.TAIL_LINES)  # (stream, line)
+        self._readers: list[threading.Thread] = []
+        self._spec_files: list[str] = []
+        # -P: the working directory is not put on sys.path (see _child_environment for the rest).
+        cmd = [sys.executable, *self._interpreter_flags(), "-P", "-m", "backline_core.cli", "coprocessor", "serve",
                "--transport", transport, "--key", key, "--hardware", hardware, "--config", config,
                "--parent-pid", str(os.getpid())]
-        self._spec_files: list[str] = []
-        for fn in functions:
-            if len(fn) > 4096:  # a native context can be far past the kernel's 128 KiB argument limit
-                fd, path = tempfile.mkstemp(prefix="backline-fn-", suffix=".json")
-                with os.fdopen(fd, "w") as fh:
-                    fh.write(fn)
-                self._spec_files.append(path)
-                fn = "@" + path
-            cmd += ["--fn", fn]
-        self.key = key
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + ready_timeout
-        line = ""
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
-            if ready:
-                line = self.proc.stdout.readline()
-                if line.startswith("ready"):
-                    self._remove_spec_files()
-                    return
-                if line == "":
-                    break
-            elif self.proc.poll() is not None:
+        try:
+            for fn in functions:
+                if len(fn) > 4096:  # a native context can be far past the kernel's 128 KiB argument limit
+                    fd, path = tempfile.mkstemp(prefix="backline-fn-", suffix=".json")
+                    self._spec_files.append(path)
+                    with os.fdopen(fd, "w") as fh:
+                        fh.write(fn)
+                    fn = "@" + path
+                cmd += ["--fn", fn]
+            try:
+                self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                             stderr=subprocess.PIPE, env=self._child_environment(), process_group=0)
+            except OSError as exc:
+                raise TransportError(f"cannot start the coprocessor process for key {key!r} "
+                                     f"({sys.executable}): {exc}") from None
+            self._read(self.proc.stdout, ready=True)
+            self._read(self.proc.stderr, ready=False)
+            self._await_ready(ready_timeout)
+        except BaseException:
+            self.kill()  # nothing is left running when start-up fails
+            raise
+        finally:
+            self._remove_spec_files()
+
+    @staticmethod
+    def _signal_name(signum: int) -> str:
+        try:
+            return signal.Signals(signum).name
+        except ValueError:
+            return f"signal {signum}"
+
+    @staticmethod
+    def _interpreter_flags() -> list[str]:
+        """This interpreter's isolation flags, so the child is no less isolated than its parent."""
+        flags = sys.flags
+        if flags.isolated:
+            return ["-I"]
+        return (["-E"] if flags.ignore_environment else []) + (["-s"] if flags.no_user_site else [])
+
+    @staticmethod
+    def _child_environment() -> dict[str, str]:
+        """This process's environment for a serve child, less what would import from its working
+        directory: an empty or relative ``PYTHONPATH`` entry names the working directory (or a
+        place in it), which ``-P`` alone does not keep off ``sys.path``."""
+        env = dict(os.environ)
+        entries = env.get("PYTHONPATH", "").split(os.pathsep)
+        kept = [entry for entry in entries if entry and os.path.isabs(entry)]
+        if kept:
+            env["PYTHONPATH"] = os.pathsep.join(kept)
+        else:
+            env.pop("PYTHONPATH", None)
+        env["PYTHONSAFEPATH"] = "1"
+        for name in ("PYTHONSTARTUP", "PYTHONINSPECT"):  # interactive-only; never in a server
+            env.pop(name, None)
+        return env
+
+    def _read(self, stream: Any, ready: bool) -> None:
+        """Drain one of the child's pipes on a thread: its lines go to the tail, the first
+        ``ready`` line of stdout sets the ready event."""
+
+        def run() -> None:
+            with contextlib.suppress(OSError, ValueError):
+                for raw in iter(stream.readline, b""):
+                    line = raw.decode(errors="replace").rstrip("\n")
+                    if ready and not self._ready.is_set() and line.startswith("ready"):
+                        self._ready.set()
+                        continue
+                    self._tail.append(("stdout" if ready else "stderr", line))
+
+        thread = threading.Thread(target=run, name=f"backline-serve-{self.key}-{'out' if ready else 'err'}",
+                                  daemon=True)
+        thread.start()
+        self._readers.append(thread)
+
+    def _await_ready(self, timeout: float) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.05):
+            if self.proc.poll() is not None:
                 break
-        self.kill()
-        self._remove_spec_files()
-        err = self.proc.stderr.read() if self.proc.stderr else ""
-        if self.proc.returncode not in (None, -signal.SIGKILL) or err:
-            raise TransportError(f"coprocessor process for key {key!r} failed to start: {err.strip() or line.strip()}")
-        raise DeadlineError(f"coprocessor process for key {key!r} was not ready within {ready_timeout} s")
+            if time.monotonic() >= deadline:
+                raise DeadlineError(f"coprocessor process for key {self.key!r} (pid {self.proc.pid}) was not ready "
+                                    f"within {timeout} s{self._last_words(' (it said: {})')}")
+        if not self._ready.is_set():
+            self._join_readers(2.0)  # it has exited: its last words (or a last "ready") are a moment behind
+        if not self._ready.is_set():
+            raise self._start_error()
+
+    def _start_error(self) -> TransportError:
+        assert self.proc is not None
+        rc = self.proc.returncode
+        how = f"was killed by {self._signal_name(-rc)}" if rc is not None and rc < 0 else f"exited with status {rc}"
+        said = self._last_line()
+        message = f"coprocessor process for key {self.key!r} {how} before it was ready"
+        if not said:
+            return TransportError(f"{message} (it printed nothing on stderr)")
+        said = said.removeprefix("backline: error: ")
+        status = re.search(r"\[(BL_E[A-Z]+)\]\s*$", said)
+        cls = TransportError
+        if status:
+            cls = next((c for name, c in STATUS.values() if name == status.group(1)), TransportError)
+            return cls(f"{message}: {said}", status=status.group(1))
+        return cls(f"{message}: {said}")
+
+    def _last_line(self) -> str:
+        """The last non-empty line the child wrote on stderr."""
+        return next((line.strip() for stream, line in reversed(self._tail) if stream == "stderr" and line.strip()), "")
+
+    def _last_words(self, template: str) -> str:
+        line = self._last_line()
+        return template.format(line) if line else ""
+
+    def output_tail(self) -> list[str]:
+        """The child's last lines of output (stdout and stderr, as they came), oldest first."""
+        return [line for _, line in self._tail]
+
+    def _join_readers(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for thread in self._readers:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _remove_spec_files(self) -> None:
         for path in self._spec_files:
@@ -81,23 +201,45 @@ class CoprocessorProcess:
 
     @property
     def pid(self) -> int:
+        assert self.proc is not None
         return self.proc.pid
 
-    def terminate(self, timeout: float = 10.0) -> int:
+    def terminate(self, timeout: float = 10.0) -> int | None:
         """Ask the server to stop cleanly (SIGTERM); kill it if it does not within ``timeout``."""
+        if self.proc is None:
+            return None
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._finish()
         return self.proc.returncode
 
-    def kill(self) -> None:
-        """SIGKILL the server (as a crash would)."""
+    def kill(self, timeout: float = 10.0) -> None:
+        """SIGKILL the server (as a crash would) and wait up to ``timeout`` for it to go."""
+        if self.proc is None:
+            return
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                raise DeadlineError(f"coprocessor process {self.proc.pid} (key {self.key!r}) is still there "
+                                    f"{timeout} s after SIGKILL") from None
+        self._finish()
+
+    def _finish(self) -> None:
+        """After the child has exited: let the readers reach the end of its output, close the pipes."""
+        assert self.proc is not None
+        self._join_readers(2.0)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None and not any(t.is_alive() for t in self._readers):
+                with contextlib.suppress(OSError):
+                    stream.close()
 
 
 def function_spec(fn: object) -> str:

@@ -1,5 +1,6 @@
-"""The ``backline`` command line: bench runs end to end (report, JSON, plot), bad input,
-``plugins`` and ``coprocessor serve``. Every command runs as a subprocess with a timeout."""
+"""The ``backline`` command line: bench runs end to end (report, JSON, plot), bad input
+(always one line on stderr and status 2), ``plugins`` and ``coprocessor serve``. Every
+command runs as a subprocess with a timeout."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ TIMEOUT_S = 300
 SHORT_TIMEOUT_S = 60
 
 BENCH_RUNS = {
-    "thread-echo": ["--locality", "thread", "--coprocessor-fn", "echo"],
-    "process-steane": ["--locality", "process", "--coprocessor-fn", "steane", "--payload-bytes", "1"],
-    "python-driver": ["--locality", "thread", "--driver", "python"],
-    "random-delayed": ["--locality", "thread", "--cadence", "random-delayed", "--gap-ns", "500",
+    "thread-echo": ["--runs-in", "thread", "--coprocessor-fn", "echo"],
+    "process-steane": ["--runs-in", "process", "--coprocessor-fn", "steane", "--payload-bytes", "1"],
+    "python-driver": ["--runs-in", "thread", "--driver", "python"],
+    "random-delayed": ["--runs-in", "thread", "--cadence", "random-delayed", "--gap-ns", "500",
                        "--gap-span", "0x3ff"],
 }
+STEANE_NPZ = os.path.join(os.path.dirname(__file__), os.pardir, "core", "data", "steane.npz")
 
 
 def backline(*args: str, timeout: float = SHORT_TIMEOUT_S, cwd: str | None = None) -> subprocess.CompletedProcess:
@@ -64,15 +66,26 @@ def test_bench_runs_and_reports(extra, tmp_path, no_new_shm):
     assert data["steady"]["rounds"] == 19999 and data["floor"]["rounds"] == 19999
     if "--driver" in extra:
         assert data["native"]["rounds"] == 19999 and "driver_adds_median_ns" in data
-    assert data["config"]["locality"] == extra[1]
+    assert data["config"]["runs_in"] == extra[1]
     assert out_png.exists() and out_png.stat().st_size > 0
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
+    """Status 2 and one line on stderr, ``backline: error: ...``, holding every fragment."""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert len(lines) == 1, f"want one line on stderr, got {len(lines)}:\n{result.stderr}"
+    assert lines[0].startswith("backline: error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], f"{fragment!r} missing from {lines[0]!r}"
+    return lines[0]
+
+
 def test_bench_unknown_cadence_is_an_argparse_error():
     result = backline("bench", "--cadence", "weird")
-    assert result.returncode == 2
-    assert "--cadence" in result.stderr and "weird" in result.stderr and "b2b" in result.stderr
+    assert_one_line_error(result, "--cadence", "weird", "b2b")
 
 
 @pytest.mark.parametrize("args,fragments", [
@@ -83,27 +96,57 @@ def test_bench_unknown_cadence_is_an_argparse_error():
 ], ids=["rounds-1", "steane-payload-8", "seed-0", "payload-0"])
 def test_bench_bad_values(args, fragments, no_new_shm):
     result = backline("bench", "--no-progress", *args)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stderr.startswith("backline: error:"), result.stderr
-    for fragment in fragments:
-        assert fragment in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr
+    assert_one_line_error(result, *fragments)
 
 
 def test_bench_unknown_transport(no_new_shm):
+    # the list of installed transports was several lines
     result = backline("bench", "--no-progress", "--rounds", "100", "--transport", "nosuch")
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stderr.startswith("backline: error:"), result.stderr
-    assert "nosuch" in result.stderr and "memcpy" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert_one_line_error(result, "nosuch", "memcpy")
 
 
-def test_bench_unknown_locality(no_new_shm):
-    result = backline("bench", "--no-progress", "--rounds", "100", "--locality", "nowhere")
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stderr.startswith("backline: error:"), result.stderr
-    assert "locality" in result.stderr and "nowhere" in result.stderr
-    assert "Traceback" not in result.stderr
+def test_bench_unknown_runs_in(no_new_shm):
+    result = backline("bench", "--no-progress", "--rounds", "100", "--runs-in", "nowhere")
+    assert_one_line_error(result, "--runs-in", "nowhere", "process")
+
+
+def test_bench_payload_past_the_default_slot_runs(no_new_shm):
+    # 1000 bytes do not fit the default 256-byte slot: the bench sizes its slots to the payload
+    # (it was a BL_ETOOBIG "raise slot_bytes on the coprocessor" the bench has no option for)
+    result = backline("bench", "--rounds", "2000", "--block", "1000", "--no-progress", "--payload-bytes", "1000",
+                      "--runs-in", "process", *cpu_args(), timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "payload=1000 B" in result.stdout and "lost: 0  mismatched replies: 0" in result.stdout
+
+
+def test_bench_payload_past_what_the_floor_carries_is_one_line(no_new_shm):
+    # the floor (bl_bench_floor) refuses more than it carries: a ZeroDivisionError at the report
+    result = backline("bench", "--rounds", "20", "--block", "10", "--no-progress", "--payload-bytes", "16777184",
+                      *cpu_args(), timeout=TIMEOUT_S)
+    assert_one_line_error(result, "--payload-bytes 16777184", "floor")
+
+
+def test_bench_with_a_code_file(no_new_shm):
+    pytest.importorskip("backline_decoder_bpod")
+    result = backline("bench", "--rounds", "2000", "--block", "1000", "--no-progress", "--coprocessor-fn", "bposd",
+                      "--code", STEANE_NPZ, "--decoder-id", "1", *cpu_args(), timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "code=steane.npz" in result.stdout and "lost: 0  mismatched replies: 0" in result.stdout
+
+
+def test_bench_code_with_a_nan_is_refused_not_run(tmp_path, no_new_shm):
+    # NaN cast to uint8 was 0: an all-zero code that the bench ran, and passed
+    import numpy as np
+
+    with np.load(STEANE_NPZ) as data:
+        hx = data["Hx"].astype(float)
+        hz = data["Hz"]
+    hx[2, 3] = np.nan
+    path = tmp_path / "nan.npz"
+    np.savez(path, Hx=hx, Hz=hz)
+    result = backline("bench", "--rounds", "2000", "--no-progress", "--coprocessor-fn", "bposd", "--code",
+                      str(path), *cpu_args())
+    assert_one_line_error(result, "Hx[2, 3]", "nan")
 
 
 def test_plugins_lists_memcpy_and_builtin_decoders():
@@ -120,24 +163,41 @@ def test_plugins_lists_memcpy_and_builtin_decoders():
 
 def test_serve_unknown_function(key):
     result = backline("coprocessor", "serve", "--fn", "nosuch", "--key", key)
-    assert result.returncode != 0
-    assert "backline: error:" in result.stderr and "nosuch" in result.stderr, result.stderr
-    assert "echo" in result.stderr and "steane" in result.stderr  # it lists what is installed
-    assert "Traceback" not in result.stderr
+    line = assert_one_line_error(result, "nosuch")
+    assert "echo" in line and "steane" in line  # it lists what is installed, on its one line
+    assert "ready" not in result.stdout
+
+
+def test_serve_unknown_transport(key):
+    result = backline("coprocessor", "serve", "--fn", "echo", "--key", key, "--transport", "nosuch")
+    assert_one_line_error(result, "unknown transport 'nosuch'", "memcpy")
+    assert "ready" not in result.stdout
+
+
+@pytest.mark.parametrize("spec", ["echo@-1", "echo@x", "echo@300"])
+def test_serve_bad_decoder_ids(key, spec):
+    # echo@-1 was an OverflowError traceback from cffi, after the session was open
+    result = backline("coprocessor", "serve", "--fn", spec, "--key", key)
+    assert_one_line_error(result, spec)
+    assert "ready" not in result.stdout
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1"])
+def test_serve_bad_duration(key, value):
+    # these reached select() after "ready" (OverflowError / ValueError tracebacks)
+    result = backline("coprocessor", "serve", "--fn", "echo", "--key", key, "--duration", value)
+    assert_one_line_error(result, "--duration", value)
     assert "ready" not in result.stdout
 
 
 def test_serve_bad_import_path(key):
     result = backline("coprocessor", "serve", "--fn", "no_such_module_xyz:fn", "--key", key)
-    assert result.returncode == 2
-    assert "backline: error:" in result.stderr and "no_such_module_xyz" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert_one_line_error(result, "no_such_module_xyz")
 
 
 def test_serve_bad_config(key):
     result = backline("coprocessor", "serve", "--fn", "echo", "--key", key, "--config", "slots=3")
-    assert result.returncode == 2
-    assert "backline: error:" in result.stderr and "slots=3" in result.stderr
+    assert_one_line_error(result, "slots=3")
 
 
 def test_serve_for_a_duration_then_exits_cleanly(key):
@@ -149,5 +209,4 @@ def test_serve_for_a_duration_then_exits_cleanly(key):
 def test_unknown_driver_lists_the_installed_ones():
     proc = subprocess.run([sys.executable, "-m", "backline_core.cli", "bench", "--driver", "warp", "--rounds", "100",
                            "--no-progress"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
-    assert "unknown driver 'warp'" in proc.stderr
+    assert_one_line_error(proc, "unknown driver 'warp'")

@@ -123,7 +123,7 @@ static void *floor_responder(void *arg) {
 BL_API int32_t bl_bench_floor(bl_bench_config *cfg, int32_t responder_cpu, uint64_t *rtt_ns, bl_bench_result *res) {
     memset(res, 0, sizeof *res);
     bl__calibrate_ticks();
-    if (cfg->payload_bytes > (1u << 20)) return BL_ETOOBIG;
+    if (cfg->payload_bytes > BL_BENCH_MAX_PAYLOAD_BYTES) return BL_ETOOBIG;
     struct floor_pair *f = aligned_alloc(64, sizeof *f);
     if (!f) return BL_ENOMEM;
     memset(f, 0, sizeof *f);

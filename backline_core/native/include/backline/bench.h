@@ -9,6 +9,9 @@
 #ifndef BACKLINE_BENCH_H
 #define BACKLINE_BENCH_H
 
+/* The largest payload the floor ping-pong carries (bl_bench_floor refuses more: BL_ETOOBIG). */
+#define BL_BENCH_MAX_PAYLOAD_BYTES 1048576u
+
 #include "backline.h"
 
 #ifdef __cplusplus
