@@ -174,6 +174,7 @@ BAD_BENCH_VALUES = [
 ]
 
 
+@pytest.mark.defect("bad bench numbers (--rounds 1e11, --payload-bytes 1e10, cpu/seed/gap/decoder ids) gave tracebacks or two-line usage errors")
 @pytest.mark.parametrize("args,fragments", BAD_BENCH_VALUES, ids=[" ".join(a) for a, _ in BAD_BENCH_VALUES])
 def test_bench_bad_values_are_one_line(capsys, args, fragments):
     bench_error(capsys, [*QUICK, *args], *fragments)
@@ -200,11 +201,13 @@ def test_bench_config_validate_is_the_python_api_check():
 
 # ---- --code files --------------------------------------------------------------------------
 
+@pytest.mark.defect("a missing --code file was a traceback")
 def test_code_missing_file(capsys, tmp_path):
     missing = str(tmp_path / "nope.npz")  # was FileNotFoundError from np.load
     bench_error(capsys, [*QUICK, "--code", missing], f"--code {missing}", "no such file")
 
 
+@pytest.mark.defect("a malformed --code file was a traceback")
 def test_code_not_an_npz(capsys, tmp_path):
     path = tmp_path / "code.npz"
     path.write_bytes(b"not an archive at all")  # was numpy's pickle ValueError
@@ -243,6 +246,7 @@ def test_code_malformed_matrix(capsys, code_file, name, hx, fragments):
 
 @pytest.mark.parametrize("value,shown", [(np.nan, "nan"), (2, "2"), (0.5, "0.5"), (-1, "-1"), (257, "257")],
                          ids=["nan", "two", "half", "minus-one", "257"])
+@pytest.mark.defect("a --code matrix with NaN or non-binary entries silently became another code")
 def test_code_non_binary_entry_is_refused_and_named(capsys, code_file, value, shown):
     # Cast to uint8 these became 0 (nan, 0.5), 255 or 1 (257): another code, and the bench passed.
     hz = STEANE_H.astype(np.float64 if isinstance(value, float) else np.int64)
@@ -271,6 +275,7 @@ def file_in_the_way(tmp_path):
     return path
 
 
+@pytest.mark.defect("--json/--plot paths were checked only after the run")
 @pytest.mark.parametrize("option", ["--json", "--plot"])
 @pytest.mark.parametrize("where", ["missing-dir", "under-a-file", "a-directory"])
 def test_output_path_that_cannot_be_written_is_refused_first(capsys, tmp_path, file_in_the_way, option, where):
@@ -338,6 +343,7 @@ def test_subcommand_help_still_works():
         assert proc.stdout.startswith(f"usage: backline {args[0]}")
 
 
+@pytest.mark.defect("serve --duration inf crashed after ready")
 @pytest.mark.parametrize("value", ["inf", "nan", "-1", "soon"])
 def test_serve_duration_must_be_finite_and_not_negative(value):
     # inf and nan reached select() (OverflowError / ValueError tracebacks), -1 too, after "ready"
@@ -354,6 +360,7 @@ def test_serve_duration_must_be_finite_and_not_negative(value):
     ("@", ["--fn"]),
     ('{"name": "x", "decoder_ids": 5}', ["--fn", "CoprocessorFunction"]),  # TypeError traceback
 ], ids=["minus-one", "x", "300", "repeated", "empty-file-name", "json-bad-ids"])
+@pytest.mark.defect("serve --fn echo@-1 was a traceback")
 def test_serve_bad_function_spec(spec, fragments):
     proc = cli("coprocessor", "serve", "--key", "cli-core-fn", "--fn", spec, "--duration", "0")
     assert_one_line_error(proc.returncode, proc.stderr, *fragments)

@@ -176,6 +176,7 @@ time.sleep(300)
 """
 
 
+@pytest.mark.defect("a coprocessor child outlived its parent (SIGTERM, SIGHUP, kill -9) with its segment")
 @pytest.mark.parametrize("sig", PARENT_SIGNALS, ids=SIGNAL_IDS)
 def test_deployed_child_dies_with_its_parent(tmp_path, key, no_leftovers, sig):
     script = tmp_path / "parent.py"
@@ -203,6 +204,7 @@ def test_deployed_child_dies_with_its_parent(tmp_path, key, no_leftovers, sig):
             parent.wait(10)
 
 
+@pytest.mark.defect("a bench coprocessor child outlived the bench")
 @pytest.mark.parametrize("sig", PARENT_SIGNALS, ids=SIGNAL_IDS)
 def test_bench_child_dies_with_the_bench(sig):
     bench = subprocess.Popen([sys.executable, "-m", "backline_core.cli", "bench", "--runs-in", "process", "--rounds",
@@ -260,6 +262,7 @@ def test_child_whose_parent_died_during_its_start_exits(tmp_path, key, no_leftov
     assert not segments(key)
 
 
+@pytest.mark.defect("an orphaned serve started serving")
 def test_serve_with_a_parent_already_gone_never_serves(key, no_leftovers):
     # The ready line came before the watch was armed: an orphan announced itself first.
     gone = subprocess.Popen(["true"])
@@ -366,6 +369,7 @@ def hostile_cwd(tmp_path: Path) -> tuple[Path, Path]:
 @pytest.mark.parametrize("pythonpath", ["-", "{OLD}:", ":{OLD}", ".:{OLD}", "work-relative:{OLD}"],
                          ids=["inherited", "trailing-empty-entry", "leading-empty-entry", "dot-entry",
                               "relative-entry"])
+@pytest.mark.defect("a child started as python -m imported argparse.py / a dist-info from the cwd")
 def test_child_imports_nothing_from_the_working_directory(tmp_path, key, no_leftovers, hostile_cwd, pythonpath):
     work, marker = hostile_cwd
     (work / "work-relative").mkdir()
