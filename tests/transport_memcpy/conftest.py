@@ -2,7 +2,8 @@
 
 Every test gets its own session key (``key``), so no two tests ever pair with each other
 or trip over each other's shared memory, and the ``key`` fixture checks at teardown that
-nothing named ``/dev/shm/backline.<key>*`` was left behind. ``cleanup`` destroys sessions
+no segment ``<key>*`` was left behind in this user's segment directory
+(``/dev/shm/backline-<euid>``, see docs/wire-format.md). ``cleanup`` destroys sessions
 and kills coprocessor processes a test created even when the test fails half-way, and a
 watchdog turns any hang into a traceback and an exit instead of a stuck run.
 """
@@ -10,7 +11,9 @@ watchdog turns any hang into a traceback and an exit instead of a stuck run.
 from __future__ import annotations
 
 import faulthandler
+import fcntl
 import os
+import struct
 import textwrap
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,15 +25,30 @@ from backline_core.deployment import CoprocessorProcess
 from backline_core.native import get_library
 from backline_core.session import Session
 
-SHM_DIR = "/dev/shm"
+#: Where memcpy keeps this user's process segments (one file per key; memcpy.c).
+SHM_DIR = f"/dev/shm/backline-{os.geteuid()}"
 #: Last resort against a hang: a test running this long dumps every thread's stack and
 #: ends the run. Above the longest subprocess timeout (300 s), so those report first.
 WATCHDOG_S = 330
 
 
+def shm_path(key: str) -> str:
+    """The file of ``key``'s process segment."""
+    return os.path.join(SHM_DIR, key)
+
+
 def backline_shm(prefix: str = "") -> set[str]:
-    """Names in /dev/shm of Backline segments whose key starts with ``prefix``."""
-    return {n for n in os.listdir(SHM_DIR) if n.startswith(f"backline.{prefix}")}
+    """Segments in this user's segment directory whose key starts with ``prefix``."""
+    try:
+        return {n for n in os.listdir(SHM_DIR) if n.startswith(prefix)}
+    except FileNotFoundError:  # no process coprocessor of this user has run yet
+        return set()
+
+
+@pytest.fixture(name="shm_path")
+def _shm_path() -> Callable[[str], str]:
+    """``shm_path(key)``: the file of ``key``'s process segment."""
+    return shm_path
 
 
 @pytest.fixture(autouse=True)
@@ -55,12 +73,35 @@ def key() -> Iterator[str]:
     assert not left, f"shared memory left behind for key {k!r}: {sorted(left)}"
 
 
+def served(name: str) -> bool:
+    """Whether a live coprocessor holds segment ``name`` (its lock on byte 0; memcpy.c)."""
+    try:
+        fd = os.open(os.path.join(SHM_DIR, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        query = struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)  # struct flock, l_pid 0
+        return struct.unpack("hhqqi", fcntl.fcntl(fd, fcntl.F_OFD_GETLK, query))[0] != fcntl.F_UNLCK
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+#: Keys the bench chooses itself (backline_core/bench.py: ``bench-<pid>``).
+BENCH_PREFIX = "bench-"
+
+
 @pytest.fixture
 def no_new_shm() -> Iterator[None]:
-    """For tests whose keys are chosen elsewhere (the bench): no new Backline segment may remain."""
-    before = backline_shm()
+    """For tests whose keys are chosen elsewhere (the bench): no new bench segment may remain.
+
+    The directory is this user's, shared with any other run at the same time: only bench
+    keys are looked at (another test's hand-made files are not this fixture's to remove),
+    and a new one a live coprocessor still holds is someone's running bench, not a leftover."""
+    before = backline_shm(BENCH_PREFIX)
     yield
-    left = backline_shm() - before
+    left = {name for name in backline_shm(BENCH_PREFIX) - before if not served(name)}
     for name in left:
         try:
             os.unlink(os.path.join(SHM_DIR, name))
@@ -116,24 +157,25 @@ def fn_module(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
 
 @pytest.fixture
 def coprocessor(key: str, cleanup: Callable[[Any], Any]) -> Callable[..., Any]:
-    """Bring up a coprocessor on ``key``: a started Session for inline/thread, a
+    """Bring up a coprocessor on ``key``: a started Session for controller-thread/thread, a
     ``backline coprocessor serve`` child (CoprocessorProcess) for process."""
 
-    def make(locality: str, functions: Any = ("echo",), config: str = "") -> Any:
-        config = ";".join(filter(None, [f"locality={locality}", config]))
-        if locality == "process":
+    def make(runs_in: str, functions: Any = ("echo",), config: str = "") -> Any:
+        if runs_in == "process":
             return cleanup(CoprocessorProcess("memcpy", key, list(functions), config, ready_timeout=30))
-        return cleanup(Session.open("memcpy", "coprocessor", key, config=config, functions=list(functions)))
+        return cleanup(Session.open("memcpy", "coprocessor", key, config=config, runs_in=runs_in,
+                                    functions=list(functions)))
 
     return make
 
 
 @pytest.fixture
 def controller(key: str, cleanup: Callable[[Any], Any]) -> Callable[..., Session]:
-    """Open a started controller Session on ``key`` (destroyed after the test)."""
+    """Open a started controller Session on ``key`` (destroyed after the test); ``runs_in``:
+    where it expects its coprocessor (None: wherever it is found)."""
 
-    def make(config: str = "", in_bytes: int = 8, out_bytes: int = 8) -> Session:
-        return cleanup(Session.open("memcpy", "controller", key, config=config, in_bytes=in_bytes,
+    def make(config: str = "", in_bytes: int = 8, out_bytes: int = 8, runs_in: str | None = None) -> Session:
+        return cleanup(Session.open("memcpy", "controller", key, config=config, runs_in=runs_in, in_bytes=in_bytes,
                                     out_bytes=out_bytes))
 
     return make
@@ -143,9 +185,9 @@ def controller(key: str, cleanup: Callable[[Any], Any]) -> Callable[..., Session
 def pair(coprocessor: Callable[..., Any], controller: Callable[..., Session]) -> Callable[..., tuple[Any, Session]]:
     """A coprocessor (see ``coprocessor``) and a controller paired on ``key``."""
 
-    def make(locality: str, functions: Any = ("echo",), *, cop_config: str = "", ctl_config: str = "",
+    def make(runs_in: str, functions: Any = ("echo",), *, cop_config: str = "", ctl_config: str = "",
              in_bytes: int = 8, out_bytes: int = 8) -> tuple[Any, Session]:
-        cop = coprocessor(locality, functions, cop_config)
+        cop = coprocessor(runs_in, functions, cop_config)
         return cop, controller(ctl_config, in_bytes, out_bytes)
 
     return make

@@ -14,7 +14,7 @@ def test_controller_connects_while_the_same_thread_brings_up_its_coprocessor(key
     ctl = Session.create("memcpy", "controller", key, "connect_timeout_ms=5000")
     try:
         token = ctl.connect_async()
-        with Session.open("memcpy", "coprocessor", key, functions=["echo"], config="locality=thread") as cop:
+        with Session.open("memcpy", "coprocessor", key, functions=["echo"], runs_in="thread") as cop:
             Session.await_step(token)
             Session.await_step(ctl.exchange_keys_async())
             ctl.establish_channel()

@@ -33,14 +33,10 @@ from backline_core.errors import (
 from backline_core.native import ffi, lib
 from backline_core.session import ROLES, Session
 
-LOCALITIES = ("inline", "thread", "process")
-IN_PROCESS = ("inline", "thread")
+PLACES = ("controller-thread", "thread", "process")  # a coprocessor's runs_in
+IN_PROCESS = ("controller-thread", "thread")
 HANG_GUARD_S = 5.0  # not a performance bound: only "did not hang"
 SUBPROCESS_TIMEOUT_S = 60
-
-
-def shm_path(key: str) -> str:
-    return f"/dev/shm/backline.{key}"
 
 
 def run_python(body: str, *args: str) -> subprocess.CompletedProcess:
@@ -48,8 +44,8 @@ def run_python(body: str, *args: str) -> subprocess.CompletedProcess:
                           timeout=SUBPROCESS_TIMEOUT_S)
 
 
-def brought_up_to_channel(role: str, key: str, config: str = "") -> Session:
-    s = Session.create("memcpy", role, key, config)
+def brought_up_to_channel(role: str, key: str, config: str = "", runs_in: str | None = None) -> Session:
+    s = Session.create("memcpy", role, key, config, runs_in=runs_in)
     s.connect()
     s.alloc_memory()
     s.exchange_keys()
@@ -63,12 +59,15 @@ BAD_CONFIGS = [
     ("slots", ["malformed configuration item 'slots'", "key=value"]),
     ("slots=3", ["slots=3", "power of two"]),
     ("slot_bytes=100", ["slot_bytes=100", "multiple of 64"]),
-    ("bogus=1", ["unknown configuration key 'bogus'", "memcpy", "locality"]),
-    ("timeout_ms=0", ["timeout_ms=0", "between 1 and"]),
-    ("locality=nowhere", ["locality=nowhere", "inline, thread or process"]),
+    ("bogus=1", ["unknown configuration key 'bogus'", "memcpy", "cpu"]),
+    ("timeout_ms=0", ["timeout_ms=0", "from 1 to"]),
+    # where a coprocessor runs is the node's runs_in now, not a memcpy key
+    ("locality=thread", ["unknown configuration key 'locality'", "known keys"]),
     ("cpu=99999", ["cpu=99999", "not a CPU"]),
+    ("cpu=-2", ["cpu=-2", "from 0"]),
     ("a=b=c", ["a=b=c"]),
-    (";;", ["malformed configuration item ''", "';;'"]),
+    (";;", ["malformed configuration ';;'", "ends with ';'"]),
+    ("slots=4;;slot_bytes=64", ["malformed configuration item ''", "key=value"]),
 ]
 
 
@@ -92,7 +91,7 @@ def test_malformed_config_is_refused(key, role, config, fragments):
 
 @pytest.mark.parametrize("role", ["controller", "coprocessor"])
 def test_start_before_connect(key, role):
-    with Session.create("memcpy", role, key, "locality=thread") as s:
+    with Session.create("memcpy", role, key, runs_in="thread") as s:
         with pytest.raises(LifecycleError) as exc:
             s.start()
         msg = str(exc.value)
@@ -100,14 +99,14 @@ def test_start_before_connect(key, role):
 
 
 def test_connect_twice(key):
-    with Session.create("memcpy", "coprocessor", key, "locality=thread") as s:
+    with Session.create("memcpy", "coprocessor", key, runs_in="thread") as s:
         s.connect()
         with pytest.raises(LifecycleError, match="connect .*out of order"):
             s.connect()
 
 
 def test_set_message_sizes_on_a_coprocessor(key):
-    with brought_up_to_channel("coprocessor", key, "locality=thread") as cop:
+    with brought_up_to_channel("coprocessor", key, runs_in="thread") as cop:
         with pytest.raises(LifecycleError) as exc:
             cop.set_message_sizes(8, 8)
         assert "controller call" in str(exc.value) and "set_coprocessor_fn" in str(exc.value)
@@ -131,7 +130,7 @@ def test_set_coprocessor_fn_on_a_controller(key, coprocessor):
 
 
 def test_stage_before_start(key, coprocessor):
-    coprocessor("inline")
+    coprocessor("controller-thread")
     with brought_up_to_channel("controller", key) as ctl:
         ctl.set_message_sizes(8, 8)
         with pytest.raises(LifecycleError) as exc:
@@ -144,9 +143,9 @@ def test_stage_before_start(key, coprocessor):
         assert ctl.round(b"now") == b"now"
 
 
-@pytest.mark.parametrize("locality", IN_PROCESS)
-def test_post_without_stage(pair, locality):
-    _, ctl = pair(locality)
+@pytest.mark.parametrize("runs_in", IN_PROCESS)
+def test_post_without_stage(pair, runs_in):
+    _, ctl = pair(runs_in)
     with pytest.raises(LifecycleError, match="nothing staged"):
         ctl.post()
     ctl.stage_payload(b"once")
@@ -157,9 +156,9 @@ def test_post_without_stage(pair, locality):
     assert ctl.round(b"again") == b"again"
 
 
-@pytest.mark.parametrize("locality", IN_PROCESS)
-def test_collect_with_nothing_in_flight(pair, locality):
-    _, ctl = pair(locality)
+@pytest.mark.parametrize("runs_in", IN_PROCESS)
+def test_collect_with_nothing_in_flight(pair, runs_in):
+    _, ctl = pair(runs_in)
     with pytest.raises(NothingPostedError, match="no round is in flight"):
         ctl.collect()
     with pytest.raises(NothingPostedError):
@@ -179,9 +178,9 @@ def test_round_calls_on_a_coprocessor(coprocessor):
 # ---- sizes, decoders, functions ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("locality", LOCALITIES)
-def test_oversized_payload_then_session_keeps_working(pair, locality):
-    _, ctl = pair(locality, in_bytes=8, out_bytes=8)
+@pytest.mark.parametrize("runs_in", PLACES)
+def test_oversized_payload_then_session_keeps_working(pair, runs_in):
+    _, ctl = pair(runs_in, in_bytes=8, out_bytes=8)
     with pytest.raises(PayloadTooLargeError) as exc:
         ctl.stage_payload(b"123456789")
     assert "9 bytes" in str(exc.value) and "8" in str(exc.value)
@@ -192,9 +191,9 @@ def test_oversized_payload_then_session_keeps_working(pair, locality):
         ctl.collect()  # the refused payloads never went out
 
 
-@pytest.mark.parametrize("locality", LOCALITIES)
-def test_message_sizes_larger_than_slot_payload(key, coprocessor, controller, locality):
-    coprocessor(locality, config="slot_bytes=128")  # 96 payload bytes per slot
+@pytest.mark.parametrize("runs_in", PLACES)
+def test_message_sizes_larger_than_slot_payload(key, coprocessor, controller, runs_in):
+    coprocessor(runs_in, config="slot_bytes=128")  # 96 payload bytes per slot
     for in_bytes, out_bytes in ((97, 8), (8, 97), (0, 8)):
         with pytest.raises(PayloadTooLargeError) as exc:
             controller(in_bytes=in_bytes, out_bytes=out_bytes)
@@ -203,9 +202,9 @@ def test_message_sizes_larger_than_slot_payload(key, coprocessor, controller, lo
     assert ctl.round(bytes(96)) == bytes(96)
 
 
-@pytest.mark.parametrize("locality", LOCALITIES)
-def test_unknown_decoder_id_then_next_round_works(pair, locality):
-    _, ctl = pair(locality)  # echo serves decoder_ids 0 and 1
+@pytest.mark.parametrize("runs_in", PLACES)
+def test_unknown_decoder_id_then_next_round_works(pair, runs_in):
+    _, ctl = pair(runs_in)  # echo serves decoder_ids 0 and 1
     for decoder_id in (2, 7, 255):
         with pytest.raises(UnknownDecoderError) as exc:
             ctl.round(b"hello", decoder_id)
@@ -226,9 +225,9 @@ def _too_long(decoder_id: int, payload: bytes) -> bytes:
     return payload * 100 if payload == b"long" else payload
 
 
-@pytest.mark.parametrize("locality", IN_PROCESS)
-def test_python_function_that_raises(pair, locality, caplog):
-    _, ctl = pair(locality, [_raising])
+@pytest.mark.parametrize("runs_in", IN_PROCESS)
+def test_python_function_that_raises(pair, runs_in, caplog):
+    _, ctl = pair(runs_in, [_raising])
     with pytest.raises(FunctionError, match="decoder_id 0"):
         ctl.round(b"boom")
     assert ctl.round(b"fine") == b"fine"
@@ -239,17 +238,17 @@ def test_python_function_that_raises(pair, locality, caplog):
     assert any(r.exc_info and "decoder exploded" in str(r.exc_info[1]) for r in caplog.records)
 
 
-@pytest.mark.parametrize("locality", IN_PROCESS)
-def test_python_function_reply_too_long(pair, locality):
-    _, ctl = pair(locality, [_too_long], in_bytes=8, out_bytes=8)
+@pytest.mark.parametrize("runs_in", IN_PROCESS)
+def test_python_function_reply_too_long(pair, runs_in):
+    _, ctl = pair(runs_in, [_too_long], in_bytes=8, out_bytes=8)
     with pytest.raises(FunctionError):
         ctl.round(b"long")  # 400 bytes cannot fit a 224-byte slot payload
     assert ctl.round(b"short") == b"short"
 
 
-@pytest.mark.parametrize("locality", LOCALITIES)
-def test_steane_rejects_malformed_syndromes(pair, locality):
-    _, ctl = pair(locality, ["steane"], in_bytes=2, out_bytes=1)
+@pytest.mark.parametrize("runs_in", PLACES)
+def test_steane_rejects_malformed_syndromes(pair, runs_in):
+    _, ctl = pair(runs_in, ["steane"], in_bytes=2, out_bytes=1)
     for bad in (bytes([8]), bytes([0xFF]), b"\x01\x00", b""):
         with pytest.raises(FunctionError):
             ctl.round(bad)
@@ -259,7 +258,7 @@ def test_steane_rejects_malformed_syndromes(pair, locality):
 # ---- dead and missing peers -------------------------------------------------------------------
 
 
-def test_dead_process_coprocessor(key, coprocessor, controller):
+def test_dead_process_coprocessor(key, coprocessor, controller, shm_path):
     proc = coprocessor("process")
     ctl = controller("timeout_ms=300")
     assert ctl.round(b"alive") == b"alive"
@@ -276,9 +275,9 @@ def test_dead_process_coprocessor(key, coprocessor, controller):
     assert not os.path.exists(shm_path(key)), "the controller removes a dead coprocessor's segment"
 
 
-@pytest.mark.parametrize("locality", IN_PROCESS)
-def test_stopped_in_process_coprocessor(pair, locality):
-    cop, ctl = pair(locality, ctl_config="timeout_ms=300")
+@pytest.mark.parametrize("runs_in", IN_PROCESS)
+def test_stopped_in_process_coprocessor(pair, runs_in):
+    cop, ctl = pair(runs_in, ctl_config="timeout_ms=300")
     assert ctl.round(b"alive") == b"alive"
     cop.stop()
     for _ in range(3):
@@ -292,7 +291,7 @@ def test_stopped_in_process_coprocessor(pair, locality):
 
 
 def test_dead_inline_peer_error_text_is_not_stale_or_repeated(pair):
-    cop, ctl = pair("inline", ctl_config="timeout_ms=300")
+    cop, ctl = pair("controller-thread", ctl_config="timeout_ms=300")
     with pytest.raises(PayloadTooLargeError):
         ctl.stage_payload(bytes(9))  # leaves an unrelated error text behind
     cop.stop()
@@ -307,7 +306,7 @@ def test_dead_inline_peer_error_text_is_not_stale_or_repeated(pair):
 def test_dead_inline_peer_keeps_reporting_peer_error(pair):
     # Every round against a stopped inline coprocessor fails the same way; the failed
     # deliveries must not pile up as "in flight" until the ring reports itself full.
-    cop, ctl = pair("inline", cop_config="slots=2;slot_bytes=64", ctl_config="timeout_ms=300")
+    cop, ctl = pair("controller-thread", cop_config="slots=2;slot_bytes=64", ctl_config="timeout_ms=300")
     assert ctl.round(b"alive") == b"alive"
     cop.stop()
     for attempt in range(6):
@@ -333,9 +332,9 @@ def test_controller_without_coprocessor(key):
 # ---- contention for a key -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("locality", IN_PROCESS)
-def test_second_controller_in_process_refused(pair, controller, locality):
-    _, first = pair(locality)
+@pytest.mark.parametrize("runs_in", IN_PROCESS)
+def test_second_controller_in_process_refused(pair, controller, runs_in):
+    _, first = pair(runs_in)
     with pytest.raises(KeyTakenError) as exc:
         controller()
     assert "already" in str(exc.value)
@@ -413,44 +412,44 @@ def test_second_controller_across_processes_refused(key, coprocessor, controller
     assert again.round(b"back") == b"back"
 
 
-@pytest.mark.parametrize("locality", IN_PROCESS)
-def test_second_coprocessor_in_process_refused(key, pair, locality):
-    _, ctl = pair(locality)
+@pytest.mark.parametrize("runs_in", IN_PROCESS)
+def test_second_coprocessor_in_process_refused(key, pair, runs_in):
+    _, ctl = pair(runs_in)
     for other in IN_PROCESS + ("process",):
         with pytest.raises(KeyTakenError, match="already"):
-            Session.open("memcpy", "coprocessor", key, config=f"locality={other}", functions=["echo"])
+            Session.open("memcpy", "coprocessor", key, runs_in=other, functions=["echo"])
     assert ctl.round(b"calm") == b"calm"
 
 
-def test_second_coprocessor_process_refused(key, coprocessor, controller):
+def test_second_coprocessor_process_refused(key, coprocessor, controller, shm_path):
     first = coprocessor("process")
     ctl = controller()
     with pytest.raises(TransportError) as exc:
-        CoprocessorProcess("memcpy", key, ["echo"], "locality=process", ready_timeout=30)
+        CoprocessorProcess("memcpy", key, ["echo"], ready_timeout=30)
     assert "already served" in str(exc.value) and str(first.pid) in str(exc.value)
     with pytest.raises(KeyTakenError, match="already served"):  # and from this process
-        Session.open("memcpy", "coprocessor", key, config="locality=process", functions=["echo"])
+        Session.open("memcpy", "coprocessor", key, runs_in="process", functions=["echo"])
     assert ctl.round(b"calm") == b"calm"
     assert os.path.exists(shm_path(key))
 
 
-def test_second_coprocessor_refused_while_first_is_bringing_up(key, cleanup):
+def test_second_coprocessor_refused_while_first_is_bringing_up(key, cleanup, shm_path):
     # A coprocessor that has connected (created the segment) but not yet exchanged keys
     # owns the key: a second coprocessor must not take the name from under it.
-    first = cleanup(Session.create("memcpy", "coprocessor", key, "locality=process"))
+    first = cleanup(Session.create("memcpy", "coprocessor", key, runs_in="process"))
     first.connect()
     assert os.path.exists(shm_path(key))
     second = None
     try:
         with pytest.raises(TransportError, match="already"):
-            second = CoprocessorProcess("memcpy", key, ["echo"], "locality=process", ready_timeout=30)
+            second = CoprocessorProcess("memcpy", key, ["echo"], ready_timeout=30)
     finally:
         if second is not None:
             second.terminate()
     first.destroy()
 
 
-def test_restarted_coprocessor_survives_the_old_controller(key, coprocessor, controller, cleanup):
+def test_restarted_coprocessor_survives_the_old_controller(key, coprocessor, controller, cleanup, shm_path):
     # The coprocessor process crashes and is restarted on the same key while the old
     # controller is still open; destroying that controller must not remove the new
     # coprocessor's shared memory.
@@ -460,7 +459,7 @@ def test_restarted_coprocessor_survives_the_old_controller(key, coprocessor, con
     crashed.kill()
     with pytest.raises((PeerError, DeadlineError)):
         old.round(b"two")
-    restarted = cleanup(CoprocessorProcess("memcpy", key, ["echo"], "locality=process", ready_timeout=30))
+    restarted = cleanup(CoprocessorProcess("memcpy", key, ["echo"], ready_timeout=30))
     old.destroy()
     assert os.path.exists(shm_path(key)), "the old controller removed the restarted coprocessor's segment"
     t0 = time.monotonic()
@@ -472,22 +471,22 @@ def test_restarted_coprocessor_survives_the_old_controller(key, coprocessor, con
     assert restarted.terminate() == 0
 
 
-@pytest.mark.parametrize("locality", IN_PROCESS)
-def test_restarted_in_process_coprocessor(key, pair, coprocessor, controller, locality):
-    cop, old = pair(locality, ctl_config="timeout_ms=300")
+@pytest.mark.parametrize("runs_in", IN_PROCESS)
+def test_restarted_in_process_coprocessor(key, pair, coprocessor, controller, runs_in):
+    cop, old = pair(runs_in, ctl_config="timeout_ms=300")
     assert old.round(b"one") == b"one"
     cop.destroy()
     with pytest.raises((PeerError, DeadlineError)):
         old.round(b"two")
-    coprocessor(locality)  # a new coprocessor on the same key
+    coprocessor(runs_in)  # a new coprocessor on the same key
     old.destroy()
     new = controller()
     assert new.round(b"three") == b"three"
 
 
-def test_stale_segment_of_a_killed_coprocessor_is_reclaimed(key, coprocessor):
+def test_stale_segment_of_a_killed_coprocessor_is_reclaimed(key, coprocessor, shm_path):
     proc = coprocessor("process")
-    proc.kill()  # leaves /dev/shm/backline.<key> behind
+    proc.kill()  # leaves its segment behind
     assert os.path.exists(shm_path(key))
     t0 = time.monotonic()
     with pytest.raises(DeadlineError, match="backline coprocessor serve"):
@@ -496,19 +495,20 @@ def test_stale_segment_of_a_killed_coprocessor_is_reclaimed(key, coprocessor):
     assert not os.path.exists(shm_path(key)), "a controller removes a dead coprocessor's segment"
 
 
-def test_stale_segment_is_reclaimed_by_a_new_coprocessor(key, coprocessor, controller):
+def test_stale_segment_is_reclaimed_by_a_new_coprocessor(key, coprocessor, controller, shm_path):
     coprocessor("process").kill()
     assert os.path.exists(shm_path(key))
     coprocessor("process")  # takes the name over from the dead one
     assert controller().round(b"fresh") == b"fresh"
 
 
-def test_controller_asking_for_another_locality(key, coprocessor, controller):
+def test_controller_expecting_the_coprocessor_elsewhere(key, coprocessor, controller):
     coprocessor("thread")
     with pytest.raises(InvalidArgumentError) as exc:
-        controller("locality=process")
-    assert "locality=process" in str(exc.value) and "locality=thread" in str(exc.value)
-    assert controller("locality=thread").round(b"ok") == b"ok"
+        controller(runs_in="process")
+    msg = str(exc.value)
+    assert "runs in process" in msg and "runs in thread" in msg and key in msg, msg
+    assert controller(runs_in="thread").round(b"ok") == b"ok"
 
 
 _KILLED_CONTROLLER = """
@@ -535,8 +535,8 @@ _BRING_UP = ["connect", "alloc_memory", "exchange_keys", "establish_channel", "s
 
 
 @pytest.mark.parametrize("stage", range(len(_BRING_UP) + 1), ids=["created", *_BRING_UP])
-def test_process_coprocessor_torn_down_at_any_stage_leaves_no_shm(key, stage):
-    s = Session.create("memcpy", "coprocessor", key, "locality=process")
+def test_process_coprocessor_torn_down_at_any_stage_leaves_no_shm(key, stage, shm_path):
+    s = Session.create("memcpy", "coprocessor", key, runs_in="process")
     for step in _BRING_UP[:stage]:
         s.set_coprocessor_fn("echo") if step == "set_coprocessor_fn" else getattr(s, step)()
     s.destroy()
@@ -549,9 +549,9 @@ def test_process_coprocessor_torn_down_at_any_stage_leaves_no_shm(key, stage):
 # ---- teardown ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("locality", LOCALITIES)
-def test_double_stop_and_double_destroy_are_noops(pair, locality):
-    cop, ctl = pair(locality)
+@pytest.mark.parametrize("runs_in", PLACES)
+def test_double_stop_and_double_destroy_are_noops(pair, runs_in):
+    cop, ctl = pair(runs_in)
     assert ctl.round(b"x") == b"x"
     ctl.stop()
     ctl.stop()
@@ -587,9 +587,9 @@ def _calls_after_destroy(cop: Session, ctl: Session) -> dict:
     }
 
 
-@pytest.mark.parametrize("locality", IN_PROCESS)
-def test_methods_after_destroy_raise_transport_error(pair, locality):
-    cop, ctl = pair(locality)
+@pytest.mark.parametrize("runs_in", IN_PROCESS)
+def test_methods_after_destroy_raise_transport_error(pair, runs_in):
+    cop, ctl = pair(runs_in)
     assert ctl.round(b"x") == b"x"  # binds round_into's cached views before the destroy
     ctl.destroy()
     cop.destroy()
@@ -607,11 +607,11 @@ def test_methods_after_destroy_raise_transport_error(pair, locality):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("locality", IN_PROCESS)
-def test_methods_after_destroy_raise_lifecycle_error(pair, locality):
+@pytest.mark.parametrize("runs_in", IN_PROCESS)
+def test_methods_after_destroy_raise_lifecycle_error(pair, runs_in):
     # BL_ESTATE maps to LifecycleError everywhere else (errors.STATUS); a destroyed
     # session's BL_ESTATE should be catchable the same way.
-    cop, ctl = pair(locality)
+    cop, ctl = pair(runs_in)
     ctl.destroy()
     cop.destroy()
     for name in ("stage_payload", "collect", "geometry", "start", "serve_pending"):
@@ -627,7 +627,7 @@ def test_native_stop_and_destroy_on_a_destroyed_pointer(key, coprocessor, role):
         s = Session.open("memcpy", "controller", key, in_bytes=8, out_bytes=8)
         assert s.round(b"x") == b"x"
     else:
-        s = Session.open("memcpy", "coprocessor", key, config="locality=thread", functions=["echo"])
+        s = Session.open("memcpy", "coprocessor", key, runs_in="thread", functions=["echo"])
     raw = s._s
     assert lib.bl_session_get(ROLES[role], key.encode()) == raw
     s.destroy()
@@ -638,11 +638,11 @@ def test_native_stop_and_destroy_on_a_destroyed_pointer(key, coprocessor, role):
     assert lib.bl_stop(ffi.NULL) == 0 and lib.bl_destroy(ffi.NULL) == 0
 
 
-@pytest.mark.parametrize("locality", LOCALITIES)
-def test_no_shared_memory_after_teardown(key, pair, locality):
-    cop, ctl = pair(locality)
+@pytest.mark.parametrize("runs_in", PLACES)
+def test_no_shared_memory_after_teardown(key, pair, runs_in, shm_path):
+    cop, ctl = pair(runs_in)
     assert ctl.round(b"x") == b"x"
-    assert os.path.exists(shm_path(key)) == (locality == "process")
+    assert os.path.exists(shm_path(key)) == (runs_in == "process")
     ctl.destroy()
     if isinstance(cop, CoprocessorProcess):
         assert os.path.exists(shm_path(key)), "a controller must not remove a live coprocessor's segment"

@@ -1,4 +1,4 @@
-"""Behaviour of memcpy-transport sessions in every locality: rounds, decoders, dispatch by
+"""Behaviour of memcpy-transport sessions wherever the coprocessor runs (runs_in): rounds, decoders, dispatch by
 decoder_id, pipelining, geometry, deployments of placements and a bounded soak.
 
 Faults and bad input are in test_faults.py; the ``backline`` command line in
@@ -27,8 +27,8 @@ from backline_core.native import get_library
 from backline_core.placement import Controller, Coprocessor, Placement
 from backline_core.session import Session
 
-LOCALITIES = ("inline", "thread", "process")
-IN_PROCESS = ("inline", "thread")
+PLACES = ("controller-thread", "thread", "process")  # a coprocessor's runs_in
+IN_PROCESS = ("controller-thread", "thread")
 
 # The Steane [[7,1,3]] X-check matrix; corrections are derived from it, not from the
 # lookup table the decoder uses.
@@ -48,9 +48,9 @@ def reverse_bytes(decoder_id: int, payload: bytes) -> bytes:
     return payload[::-1]
 
 
-def multi_functions(locality: str, request: pytest.FixtureRequest) -> list:
+def multi_functions(runs_in: str, request: pytest.FixtureRequest) -> list:
     """echo on decoder_id 0, reverse on 1, steane on 2 (echo binds 0 and 1; reverse overrides 1)."""
-    if locality == "process":  # the serve child needs them by import path
+    if runs_in == "process":  # the serve child needs them by import path
         mod = request.getfixturevalue("fn_module")
         return ["echo", f"{mod}:reverse", f"{mod}:steane2"]
     return [
@@ -69,9 +69,9 @@ def test_steane_expectation_covers_each_qubit_once():
 # ---- rounds ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("locality", LOCALITIES)
-def test_echo_rounds_with_varying_payload_sizes(pair, locality):
-    _, ctl = pair(locality, in_bytes=224, out_bytes=224)  # 224 = default slot_bytes 256 - 32
+@pytest.mark.parametrize("runs_in", PLACES)
+def test_echo_rounds_with_varying_payload_sizes(pair, runs_in):
+    _, ctl = pair(runs_in, in_bytes=224, out_bytes=224)  # 224 = default slot_bytes 256 - 32
     rng = random.Random(20240501)
     sizes = [0, 1, 2, 7, 8, 31, 32, 33, 63, 64, 65, 127, 128, 200, 223, 224]
     sizes += [rng.randint(0, 224) for _ in range(100)]
@@ -83,9 +83,9 @@ def test_echo_rounds_with_varying_payload_sizes(pair, locality):
         assert ctl.round(payload, decoder_id=1) == payload
 
 
-@pytest.mark.parametrize("locality", LOCALITIES)
-def test_round_into_reuses_refilled_buffers(pair, locality):
-    _, ctl = pair(locality, in_bytes=16, out_bytes=16)
+@pytest.mark.parametrize("runs_in", PLACES)
+def test_round_into_reuses_refilled_buffers(pair, runs_in):
+    _, ctl = pair(runs_in, in_bytes=16, out_bytes=16)
     buf, out = bytearray(16), bytearray(16)
     for i in range(300):  # the same objects each round: their native views are reused
         buf[:] = (i.to_bytes(2, "little") * 8)
@@ -99,18 +99,18 @@ def test_round_into_reuses_refilled_buffers(pair, locality):
     assert ctl.collect_into(into) == 12 and into[:12] == b"collect-into"
 
 
-@pytest.mark.parametrize("locality", LOCALITIES)
-def test_steane_decoder_on_all_syndromes(pair, locality):
-    _, ctl = pair(locality, ["steane"], in_bytes=1, out_bytes=1)
+@pytest.mark.parametrize("runs_in", PLACES)
+def test_steane_decoder_on_all_syndromes(pair, runs_in):
+    _, ctl = pair(runs_in, ["steane"], in_bytes=1, out_bytes=1)
     for decoder_id in (0, 1):  # X and Z checks: Hx == Hz
         for syndrome in range(8):
             reply = ctl.round(bytes([syndrome]), decoder_id)
             assert reply == bytes([steane_expected(syndrome)]), f"syndrome {syndrome:03b} decoder_id {decoder_id}"
 
 
-@pytest.mark.parametrize("locality", LOCALITIES)
-def test_functions_selected_by_decoder_id(pair, locality, request):
-    _, ctl = pair(locality, multi_functions(locality, request), in_bytes=16, out_bytes=16)
+@pytest.mark.parametrize("runs_in", PLACES)
+def test_functions_selected_by_decoder_id(pair, runs_in, request):
+    _, ctl = pair(runs_in, multi_functions(runs_in, request), in_bytes=16, out_bytes=16)
     for i in range(20):
         payload = bytes(range(i, i + 1 + i % 16))[:16]
         assert ctl.round(payload, 0) == payload
@@ -119,9 +119,9 @@ def test_functions_selected_by_decoder_id(pair, locality, request):
         assert ctl.round(bytes([s]), 2) == bytes([steane_expected(s)])
 
 
-@pytest.mark.parametrize("locality", LOCALITIES)
-def test_last_rtt_and_reply_slot(pair, locality):
-    _, ctl = pair(locality, in_bytes=16, out_bytes=16)
+@pytest.mark.parametrize("runs_in", PLACES)
+def test_last_rtt_and_reply_slot(pair, runs_in):
+    _, ctl = pair(runs_in, in_bytes=16, out_bytes=16)
     assert ctl.last_rtt_ns == 0  # nothing collected yet
     assert ctl.round(b"first") == b"first"
     assert ctl.last_rtt_ns > 0
@@ -136,9 +136,9 @@ def test_last_rtt_and_reply_slot(pair, locality):
 # ---- pipelining -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("locality", LOCALITIES)
-def test_pipelined_rounds_come_back_in_order(pair, locality):
-    _, ctl = pair(locality, cop_config="slots=8;slot_bytes=128", in_bytes=16, out_bytes=16)
+@pytest.mark.parametrize("runs_in", PLACES)
+def test_pipelined_rounds_come_back_in_order(pair, runs_in):
+    _, ctl = pair(runs_in, cop_config="slots=8;slot_bytes=128", in_bytes=16, out_bytes=16)
     assert ctl.geometry["slots"] == 8
     for rep in range(4):  # several laps of the ring
         payloads = [f"lap{rep}-round{i}".encode() for i in range(8)]
@@ -164,9 +164,9 @@ def test_pipelined_rounds_come_back_in_order(pair, locality):
 # ---- geometry ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("locality", LOCALITIES)
-def test_controller_adopts_coprocessor_geometry(pair, locality):
-    cop, ctl = pair(locality, cop_config="slots=8;slot_bytes=128", in_bytes=96, out_bytes=96)
+@pytest.mark.parametrize("runs_in", PLACES)
+def test_controller_adopts_coprocessor_geometry(pair, runs_in):
+    cop, ctl = pair(runs_in, cop_config="slots=8;slot_bytes=128", in_bytes=96, out_bytes=96)
     assert ctl.geometry == {"slots": 8, "slot_bytes": 128, "in_bytes": 96, "out_bytes": 96}
     if isinstance(cop, Session):
         assert cop.geometry["slots"] == 8 and cop.geometry["slot_bytes"] == 128
@@ -174,9 +174,9 @@ def test_controller_adopts_coprocessor_geometry(pair, locality):
     assert ctl.round(payload) == payload  # the largest payload the slot holds
 
 
-@pytest.mark.parametrize("locality", LOCALITIES)
-def test_controller_asking_for_other_slots_is_refused(coprocessor, controller, locality):
-    coprocessor(locality, config="slots=8;slot_bytes=128")
+@pytest.mark.parametrize("runs_in", PLACES)
+def test_controller_asking_for_other_slots_is_refused(coprocessor, controller, runs_in):
+    coprocessor(runs_in, config="slots=8;slot_bytes=128")
     with pytest.raises(InvalidArgumentError) as exc:
         controller("slots=16;slot_bytes=128")
     msg = str(exc.value)
@@ -202,11 +202,11 @@ def test_controller_giving_one_matching_geometry_key_is_accepted(pair, ctl_confi
 # ---- placements and deploy ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("locality", LOCALITIES)
-def test_deploy_single_coprocessor(key, locality):
+@pytest.mark.parametrize("runs_in", PLACES)
+def test_deploy_single_coprocessor(key, runs_in, shm_path):
     placement = Placement(
         controller=Controller(),
-        coprocessors=[Coprocessor(name=key, coprocessor_fn="steane", init_args={"locality": locality, "slots": 16})],
+        coprocessors=[Coprocessor(name=key, coprocessor_fn="steane", runs_in=runs_in, init_args={"slots": 16})],
     )
     with deploy(placement, in_bytes=1, out_bytes=1) as d:
         s = d.session()
@@ -215,9 +215,9 @@ def test_deploy_single_coprocessor(key, locality):
         for syndrome in range(8):
             assert s.round(bytes([syndrome])) == bytes([steane_expected(syndrome)])
         proc = d.processes.get(key)
-        assert (proc is not None) == (locality == "process")
+        assert (proc is not None) == (runs_in == "process")
         if proc is not None:
-            assert os.path.exists(f"/dev/shm/backline.{key}")
+            assert os.path.exists(shm_path(key))
     assert not d.controller_sessions and not d.coprocessor_sessions and not d.processes
     with pytest.raises(TransportError):
         s.round(b"\x01")  # destroyed with the deployment
@@ -226,19 +226,19 @@ def test_deploy_single_coprocessor(key, locality):
     d.close()  # idempotent
 
 
-@pytest.mark.parametrize("locality", IN_PROCESS)
-def test_deploy_python_callable(key, locality):
+@pytest.mark.parametrize("runs_in", IN_PROCESS)
+def test_deploy_python_callable(key, runs_in):
     placement = Placement(controller=Controller(), coprocessors=[
-        Coprocessor(name=key, coprocessor_fn=reverse_bytes, init_args={"locality": locality})])
+        Coprocessor(name=key, coprocessor_fn=reverse_bytes, runs_in=runs_in)])
     with deploy(placement, in_bytes=8, out_bytes=8) as d:
         assert d.session().round(b"abcdef") == b"fedcba"
 
 
-def test_deploy_two_coprocessors_needs_a_name(key):
+def test_deploy_two_coprocessors_needs_a_name(key, shm_path):
     a, b = f"{key}-a", f"{key}-b"
     placement = Placement(controller=Controller(), coprocessors=[
-        Coprocessor(name=a, coprocessor_fn="echo", init_args={"locality": "thread"}),
-        Coprocessor(name=b, coprocessor_fn="steane", init_args={"locality": "process"}),
+        Coprocessor(name=a, coprocessor_fn="echo", runs_in="thread"),
+        Coprocessor(name=b, coprocessor_fn="steane", runs_in="process"),
     ])
     with deploy(placement, in_bytes=8, out_bytes=8) as d:
         with pytest.raises(PlacementError, match="2 coprocessors") as exc:
@@ -250,7 +250,7 @@ def test_deploy_two_coprocessors_needs_a_name(key):
         for syndrome in range(8):
             assert d.session(b).round(bytes([syndrome])) == bytes([steane_expected(syndrome)])
         assert d.session(a) is not d.session(b)
-        assert os.path.exists(f"/dev/shm/backline.{b}")
+        assert os.path.exists(shm_path(b))
 
 
 def test_deploy_process_python_function_keeps_its_decoder_ids(key, fn_module, monkeypatch, tmp_path):
@@ -260,13 +260,13 @@ def test_deploy_process_python_function_keeps_its_decoder_ids(key, fn_module, mo
     reverse = importlib.import_module(fn_module).reverse
     assert reverse.decoder_ids == (1,)
     placement = Placement(controller=Controller(), coprocessors=[
-        Coprocessor(name=key, coprocessor_fn=reverse, init_args={"locality": "process"})])
+        Coprocessor(name=key, coprocessor_fn=reverse, runs_in="process")])
     with deploy(placement, in_bytes=8, out_bytes=8) as d:
         assert d.session().round(b"abc", decoder_id=1) == b"cba"
 
 
 def test_coprocessor_process_serves_python_functions(key, fn_module, controller):
-    proc = CoprocessorProcess("memcpy", key, ["echo", f"{fn_module}:reverse"], "locality=process")
+    proc = CoprocessorProcess("memcpy", key, ["echo", f"{fn_module}:reverse"])
     try:
         ctl = controller()
         assert ctl.round(b"abc", 0) == b"abc" and ctl.round(b"abc", 1) == b"cba"
@@ -283,10 +283,10 @@ def _bench_cpus() -> tuple[int | None, int | None]:
     return (cpus[0], cpus[1]) if len(cpus) >= 2 else (None, None)
 
 
-@pytest.mark.parametrize("locality", ["thread", "process"])
-def test_soak_200k_echo_rounds(locality, no_new_shm):
+@pytest.mark.parametrize("runs_in", ["thread", "process"])
+def test_soak_200k_echo_rounds(runs_in, no_new_shm):
     ctl_cpu, cop_cpu = _bench_cpus()
-    cfg = bench.BenchConfig(locality=locality, rounds=200_000, block=50_000, controller_cpu=ctl_cpu,
+    cfg = bench.BenchConfig(runs_in=runs_in, rounds=200_000, block=50_000, controller_cpu=ctl_cpu,
                             coprocessor_cpu=cop_cpu)
     result = bench.run(cfg)
     assert result.lost == 0
