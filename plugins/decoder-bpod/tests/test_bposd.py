@@ -451,7 +451,9 @@ def test_decode_batch_rejects_non_binary_syndromes_as_decode_does():
 
 
 def _shm_for(key: str) -> list[str]:
-    return [n for n in os.listdir("/dev/shm") if n.startswith(f"backline.{key}")]
+    """memcpy's segments of ``key`` (its per-user directory; see docs/wire-format.md)."""
+    folder = os.environ.get("BACKLINE_MEMCPY_DIR") or f"/dev/shm/backline-{os.geteuid()}"
+    return [n for n in os.listdir(folder) if n.startswith(key)] if os.path.isdir(folder) else []
 
 
 def _hgp13_placement(runs_in: str, fn, **init_args) -> tuple[Placement, str]:
@@ -527,6 +529,7 @@ def test_coprocessor_process_with_a_large_code():
             e[[3, 100]] = 1
             s = np.packbits(syndromes_of(code.hz, e[None])[0], bitorder="little").tobytes()
             assert d.session().round(s, 1) == BpOsdDecoder(code.hz).decode_packed(s)
+            assert _shm_for(key)  # the check below looks where the segment really is
     finally:
         assert not _shm_for(key)
 
