@@ -250,13 +250,13 @@ def _decode_runtime(session: Any, syndrome: Sequence[Any], decoder_id: int, n_bi
     return unpack_bits(reply, n_bits), [staged, posted, collected]
 
 
-def device(code: Code, *, noise: float = 0.0, seed: int | None = None, locality: str = "thread") -> bl.Backline:
+def device(code: Code, *, noise: float = 0.0, seed: int | None = None, runs_in: str = "thread") -> bl.Backline:
     """The placement: a stim controller and one CPU coprocessor running BP+OSD for ``code``."""
     from backline_decoder_bpod import css_bp_decoder
 
     ctrl = Controller(device=qml.device("default.clifford", wires=code.wires))
     cop = Coprocessor(name=COPROCESSOR, coprocessor_fn=css_bp_decoder(code.hx, code.hz),
-                      init_args={"locality": locality, "idle_spin_us": IDLE_SPIN_US})
+                      runs_in=runs_in, init_args={"idle_spin_us": IDLE_SPIN_US})
     return bl.Backline(controller=ctrl, coprocessors=[cop], transport="memcpy", noise=noise, seed=seed)
 
 

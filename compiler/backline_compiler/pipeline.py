@@ -11,6 +11,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 
@@ -51,8 +52,15 @@ def print_module(module: ModuleOp, *, generic: bool = False) -> str:
 
 
 def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
-    """Pass name -> loader, for every pass an installed plugin registers."""
-    return {name: plugins.get("pass", name).load for name in plugins.names("pass")}
+    """Pass name -> loader, for every pass an installed plugin registers.
+
+    Only ``backline.passes`` plugins are loaded (``plugins.names("pass")``); a pass's class
+    is imported when its loader is called, i.e. when a pipeline uses it."""
+    return {name: functools.partial(_load_pass, name) for name in plugins.names("pass")}
+
+
+def _load_pass(name: str) -> type[ModulePass]:
+    return plugins.get("pass", name).load()
 
 
 def pipeline(spec: str, callback: Callable[[ModulePass | None, ModuleOp, ModulePass | None], None] | None = None

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from backline_compiler import codegen, pipeline
+from backline_compiler.dialects.transport import BacklineAttr
 from backline_core import Controller, Coprocessor, Placement
+from backline_core._native import lib
 from backline_core.deployment import CoprocessorProcess
 
 ROUNDS_KERNEL = """
@@ -47,11 +49,10 @@ builtin.module attributes {{backline.placement = {placement}}} {{
 PIPELINE = "inject-transport-session{in-bytes=8 out-bytes=8},convert-transport-to-llvm"
 
 
-def compile_program(locality: str, key: str, workspace: str | None = None) -> codegen.JitProgram:
+def compile_program(runs_in: str, key: str, workspace: str | None = None) -> codegen.JitProgram:
     placement = Placement(controller=Controller(), transport="memcpy",
-                          coprocessors=[Coprocessor(name=key, coprocessor_fn="echo",
-                                                    init_args={"locality": locality})])
-    module = pipeline.parse(ROUNDS_KERNEL.format(placement=placement.to_attribute(), key=key))
+                          coprocessors=[Coprocessor(name=key, coprocessor_fn="echo", runs_in=runs_in)])
+    module = pipeline.parse(ROUNDS_KERNEL.format(placement=BacklineAttr.from_placement(placement), key=key))
     pipeline.run(module, PIPELINE, keep_intermediate=workspace)
     return codegen.JitProgram(module, keep_intermediate=workspace)
 
@@ -71,21 +72,21 @@ def run_rounds(program: codegen.JitProgram, n: int) -> tuple[np.ndarray, np.ndar
     return payloads, replies, rtt
 
 
-@pytest.mark.parametrize("locality", ["inline", "thread", "process"])
-def test_compiled_controller_runs_rounds(locality: str, tmp_path) -> None:
-    key = f"compiled-{locality}-{uuid.uuid4().hex[:8]}"
-    server = CoprocessorProcess("memcpy", key, ["echo"], "locality=process") if locality == "process" else None
+@pytest.mark.parametrize("runs_in", ["controller-thread", "thread", "process"])
+def test_compiled_controller_runs_rounds(runs_in: str, tmp_path) -> None:
+    key = f"compiled-{runs_in}-{uuid.uuid4().hex[:8]}"
+    server = CoprocessorProcess("memcpy", key, ["echo"]) if runs_in == "process" else None
     try:
-        program = compile_program(locality, key, workspace=str(tmp_path / "ws"))
+        program = compile_program(runs_in, key, workspace=str(tmp_path / "ws"))
         payloads, replies, rtt = run_rounds(program, 20_000)
     finally:
         if server is not None:
             server.terminate()
     assert np.array_equal(payloads, replies)  # every echo came back, in order
-    # An inline round can be shorter than one 10 ns step of this VM's clock, and a round whose
+    # A controller-thread round can be shorter than one 10 ns step of this VM's clock, and a round whose
     # thread migrated between the post and the collect can read 0 (its vCPUs' counters are not
     # in sync): almost every round, not every one, has a measured RTT.
-    assert np.mean(rtt > 0) > (0.99 if locality != "inline" else 0.0) and rtt.any()
+    assert np.mean(rtt > 0) > (0.99 if runs_in != "controller-thread" else 0.0) and rtt.any()
     stages = sorted(os.listdir(tmp_path / "ws"))
     assert stages[:3] == ["00-input.mlir", "01-inject-transport-session.mlir", "02-convert-transport-to-llvm.mlir"]
     assert {"program.ll", "program.opt.ll", "program.s"} <= set(stages)
@@ -99,13 +100,12 @@ def test_compiled_program_reports_the_first_failure() -> None:
 
     key = f"compiled-missing-{uuid.uuid4().hex[:8]}"
     placement = Placement(controller=Controller(init_args={"connect_timeout_ms": 50}), transport="memcpy",
-                          coprocessors=[Coprocessor(name=key, coprocessor_fn="echo",
-                                                    init_args={"locality": "process"})])
-    module = pipeline.parse(ROUNDS_KERNEL.format(placement=placement.to_attribute(), key=key))
+                          coprocessors=[Coprocessor(name=key, coprocessor_fn="echo", runs_in="process")])
+    module = pipeline.parse(ROUNDS_KERNEL.format(placement=BacklineAttr.from_placement(placement), key=key))
     pipeline.run(module, PIPELINE)
     program = codegen.JitProgram(module)
     status = program.function("backline_setup", "int32")()
-    assert status == -3  # BL_ETIMEOUT
+    assert status == lib.BL_ETIMEOUT
     assert "no coprocessor serves key" in last_error()
     assert program.function("backline_teardown", "int32")() == 0
 

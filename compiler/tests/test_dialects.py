@@ -22,8 +22,10 @@ from backline_compiler.dialects.transport import (
     COPROCESSOR_SESSION,
     PTR,
     BacklineAttr,
+    EndpointAttr,
+    FnAttr,
+    NodeAttr,
     SessionType,
-    _scan_balanced,
 )
 from xdsl.context import Context
 from xdsl.dialects import arith, builtin, func, llvm, memref
@@ -33,7 +35,8 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
-from backline_core.errors import PlacementError, PluginError
+from backline_core import CoprocessorFunction
+from backline_core.errors import PlacementError
 from backline_core.placement import Controller, Coprocessor, Endpoint, Placement
 
 # -- helpers ------------------------------------------------------------------------------
@@ -78,17 +81,9 @@ def build_func(arg_types, body) -> ModuleOp:
     return ModuleOp([f])
 
 
-def core_message(text: str) -> str:
-    try:
-        Placement.from_attribute(text)
-    except (PlacementError, PluginError) as exc:
-        return str(exc)
-    raise AssertionError("the core accepted the placement")
-
-
 PLACEMENT = Placement(
     controller=Controller(),
-    coprocessors=[Coprocessor(name="dec", coprocessor_fn="steane", init_args={"locality": "thread"})],
+    coprocessors=[Coprocessor(name="dec", coprocessor_fn="steane", runs_in="thread")],
 )
 STEANE_H = [[0, 0, 0, 1, 1, 1, 1], [0, 1, 1, 0, 0, 1, 1], [1, 0, 1, 0, 1, 0, 1]]
 
@@ -114,7 +109,7 @@ def all_transport_ops(args):
     buf, length = args
     c = transport.CreateOp("controller", transport="memcpy", backend_lib="/c.so", key="controller")
     d = transport.CreateOp(COPROCESSOR_SESSION, transport="memcpy", backend_lib="/d.so", key="dec",
-                           config="locality=thread")
+                           config="cpu=1", runs_in="thread")
     t = transport.ConnectAsyncOp(d)
     k = transport.ExchangeKeysAsyncOp(d)
     s = transport.GetSessionOp("controller", "controller")
@@ -162,7 +157,9 @@ def test_transport_ops_built_in_python_print_and_reparse():
         "= transport.last_rtt_ns %s : !transport.session<controller> -> i64",
     ):
         assert line in text, line
-    assert PLACEMENT.to_attribute() in text
+    assert str(BacklineAttr.from_placement(PLACEMENT)) in text
+    assert ('transport.create {transport = "memcpy", backend_lib = "/d.so", key = "dec", config = "cpu=1", '
+            'hardware = "cpu", runs_in = "thread"} : !transport.session<coprocessor>') in text
 
 
 def test_transport_accessors():
@@ -296,26 +293,48 @@ def test_session_type_role():
 
 def test_backline_attr_from_and_to_placement():
     attr = BacklineAttr.from_placement(PLACEMENT)
-    assert attr.text.data == PLACEMENT.to_attribute()
-    assert str(attr) == PLACEMENT.to_attribute()
-    assert attr.placement() == PLACEMENT
-    assert BacklineAttr(PLACEMENT.to_attribute()) == attr
-
-
-def test_backline_attr_parses_the_canonical_text_verbatim():
-    placement = Placement(
-        controller=Controller(name="ctl"),
-        coprocessors=[
-            Coprocessor(name="a", coprocessor_fn="echo", executor_options={"python": 'py>3 "q" \\ {['}),
-            Coprocessor(name="b", coprocessor_fn="steane", endpoint=Endpoint(host="::1", port=9000),
-                        init_args={"locality": "process", "cpu": 3}),
-        ],
-        qec_code="steane",
+    assert str(attr) == (
+        '#transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", '
+        'hardware = "cpu">, coprocessors = [#transport.node<name = "dec", hardware = "cpu", runs_in = "thread", '
+        'coprocessor_fn = "steane">]>'
     )
-    text = placement.to_attribute()
+    assert attr.placement() == PLACEMENT
+    assert attr.to_dict() == PLACEMENT.to_dict()
+    assert BacklineAttr.from_dict(PLACEMENT.to_dict()) == attr
+    # typed parameters, builtin attributes inside
+    assert attr.transport == StringAttr("memcpy") and isinstance(attr.qec_code, builtin.NoneAttr)
+    assert isinstance(attr.controller, NodeAttr) and attr.controller.node_name == StringAttr("controller")
+    (dec,) = attr.coprocessors.data
+    assert isinstance(dec, NodeAttr) and dec.runs_in == StringAttr("thread")
+    assert dec.coprocessor_fn == StringAttr("steane") and dec.init_args == builtin.DictionaryAttr({})
+
+
+RICH = Placement(
+    controller=Controller(name="ctl", init_args={"slots": 8, "timeout_ms": 500}),
+    coprocessors=[
+        Coprocessor(name="a", coprocessor_fn="echo", executor_options={"python": 'py>3 "q" \\ {[ é', "port": 22}),
+        Coprocessor(name="b", coprocessor_fn="steane", endpoint=Endpoint(host="::1", port=9000), runs_in="process",
+                    init_args={"cpu": 3, "idle_spin_us": 5000, "ratio": 1e-05, "neg": -2, "flag": True}),
+        Coprocessor(name="c", coprocessor_fn=CoprocessorFunction(
+            name="f", library="/l.so", symbol="s", decoder_ids=(0, 2), context=b"\x00\xff", init_symbol="i",
+            fini_symbol="x", reply_bits=9), runs_in="controller-thread"),
+    ],
+    qec_code="steane",
+)
+
+
+def test_backline_attr_round_trips_every_field():
+    attr = BacklineAttr.from_placement(RICH)
+    assert attr.placement() == RICH
+    text = str(attr)
+    for piece in ('executor_options = {port = 22, python = "py>3 \\22q\\22 \\\\ {[ \\C3\\A9"}',
+                  "init_args = {cpu = 3, flag = true, idle_spin_us = 5000, neg = -2, ratio = 1.0e-05}",
+                  'endpoint = #transport.endpoint<host = "::1", port = 9000>, coprocessor_fn = "steane"',
+                  '#transport.fn<name = "f", library = "/l.so", symbol = "s", decoder_ids = [0, 2], context = "00ff", '
+                  'init_symbol = "i", fini_symbol = "x", reply_bits = 9>'):
+        assert piece in text, piece
     module = parse(f"module attributes {{catalyst.backline = {text}, other = 1 : i64}} {{}}")
-    attr = module.attributes["catalyst.backline"]
-    assert isinstance(attr, BacklineAttr) and attr.text.data == text and attr.placement() == placement
+    assert module.attributes["catalyst.backline"] == attr
     assert module.attributes["other"] == builtin.IntegerAttr(1, i64)
     assert show(module).startswith(f"builtin.module attributes {{catalyst.backline = {text}, other = 1 : i64}}")
     assert_round_trips(module)
@@ -323,70 +342,153 @@ def test_backline_attr_parses_the_canonical_text_verbatim():
 
 def test_backline_attr_canonicalizes_a_valid_spelling():
     module = parse(
-        'module attributes {p = #transport.backline<\n  controller = #transport.node<>,\n'
-        '  coprocessors = [#transport.node<coprocessor_fn = "echo">]\n>} {}'
+        'module attributes {p = #transport.backline<\n  coprocessors = [#transport.node<coprocessor_fn = "echo", '
+        'init_args = {b = 1, a = 2}, remote = false>],\n  controller = #transport.node<>\n>} {}'
     )
-    expected = Placement(controller=Controller(), coprocessors=[Coprocessor(coprocessor_fn="echo")])
-    assert module.attributes["p"].text.data == expected.to_attribute()
+    expected = Placement(controller=Controller(), coprocessors=[Coprocessor(coprocessor_fn="echo",
+                                                                            init_args={"a": 2, "b": 1})])
+    assert module.attributes["p"] == BacklineAttr.from_placement(expected)
+    assert str(module.attributes["p"]) == (
+        '#transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = '
+        '"cpu">, coprocessors = [#transport.node<name = "coprocessor0", hardware = "cpu", init_args = {a = 2, b = 1}, '
+        'coprocessor_fn = "echo">]>'
+    )
 
 
-BAD_PLACEMENTS = {
-    "unknown transport": '#transport.backline<transport = "rdma", controller = #transport.node<name = "controller", '
-    'hardware = "cpu">>',
-    "unknown init_args key": '#transport.backline<transport = "memcpy", controller = #transport.node<name = '
-    '"controller", hardware = "cpu">, coprocessors = [#transport.node<name = "dec", hardware = "cpu", '
-    'init_args = {colour = "blue"}, coprocessor_fn = "steane">]>',
-    "unknown decoder": '#transport.backline<controller = #transport.node<>, coprocessors = [#transport.node<'
-    'coprocessor_fn = "nope">]>',
-    "unknown field": '#transport.backline<controller = #transport.node<colour = 1>>',
-    "duplicate name": '#transport.backline<controller = #transport.node<name = "x">, coprocessors = ['
-    '#transport.node<name = "x", coprocessor_fn = "echo">]>',
+def test_backline_attr_verifies_shape_only():
+    # No plugin is asked: an unknown transport, decoder or configuration key is resolution's business.
+    text = ('#transport.backline<transport = "rdma", controller = #transport.node<>, coprocessors = ['
+            '#transport.node<init_args = {colour = "blue"}, coprocessor_fn = "nope">]>')
+    attr = parse(f"module attributes {{p = {text}}} {{}}").attributes["p"]
+    assert attr.placement().transport == "rdma"
+
+
+def core_message(data: dict) -> str:
+    try:
+        Placement.from_dict(data)
+    except PlacementError as exc:
+        return str(exc).replace("invalid placement JSON", "invalid #transport.backline placement")
+    raise AssertionError("the core accepted the placement")
+
+
+def _bad(**changes):
+    data = PLACEMENT.to_dict()
+    for path, value in changes.items():
+        *outer, last = path.split("__")
+        target = data
+        for key in outer:
+            target = target[int(key)] if isinstance(target, list) else target[key]
+        target[last] = value
+    return data
+
+
+BAD_SHAPES = {
+    "bad runs_in": _bad(coprocessors__0__runs_in="inline"),
+    "duplicate name": _bad(coprocessors__0__name="controller"),
+    "bad hardware": _bad(controller__hardware="tpu"),
+    "bad qec_code": _bad(qec_code="7 codes"),
+    "bad port": _bad(coprocessors__0__endpoint={"host": "h", "port": 70000}),
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_PLACEMENTS))
+@pytest.mark.parametrize("case", sorted(BAD_SHAPES))
 def test_bad_placement_message_is_the_cores(case):
-    text = BAD_PLACEMENTS[case]
-    expected = core_message(text)
+    data = BAD_SHAPES[case]
+    expected = core_message(data)
     with pytest.raises(VerifyException) as built:
-        BacklineAttr(text)
+        BacklineAttr.from_dict(data)
     assert str(built.value) == expected
-    with pytest.raises(VerifyException) as parsed:
+    text = _text(data)
+    with pytest.raises(ParseError) as parsed:
         parse(f"module attributes {{catalyst.backline = {text}}} {{}}")
-    assert str(parsed.value) == expected
+    assert str(parsed.value).rstrip().endswith(expected)
 
 
-def test_bad_placement_messages_say_what_is_wrong():
-    assert core_message(BAD_PLACEMENTS["unknown transport"]).startswith("unknown transport 'rdma'.")
-    assert core_message(BAD_PLACEMENTS["unknown init_args key"]).startswith(
-        "node 'dec' has init_args ['colour'] that transport 'memcpy' does not accept"
-    )
+def _text(data: dict) -> str:
+    """The attribute text of a placement dict, printed from its records (which do not verify a placement)."""
+    parts = [f'transport = "{data["transport"]}"']
+    if "qec_code" in data:
+        parts.append(f'qec_code = "{data["qec_code"]}"')
+    parts.append(f"controller = {NodeAttr.from_dict(data['controller'])}")
+    if data.get("coprocessors"):
+        parts.append(f"coprocessors = [{', '.join(str(NodeAttr.from_dict(n)) for n in data['coprocessors'])}]")
+    return f"#transport.backline<{', '.join(parts)}>"
 
 
-def test_backline_attr_text_must_be_the_attribute():
-    with pytest.raises(VerifyException, match="must start with '#transport.backline<'"):
-        BacklineAttr('#transport.node<name = "x">')
+NESTED = "[" * 500 + "]" * 500
+PATHOLOGICAL = {
+    "nested brackets in a value": (f"#transport.backline<controller = #transport.node<init_args = {{a = {NESTED}}}>>",
+                                   "init_args['a'] must be a string, an integer, a float or a boolean"),
+    "nested brackets for the coprocessors": (f"#transport.backline<coprocessors = {NESTED}>",
+                                             "coprocessors item must be a #transport.node<...>"),
+    "nested records": ("#transport.backline<controller = " + "#transport.node<" * 500 + ">" * 501,
+                       "expected a field of #transport.node"),
+    "nested dicts": ("#transport.backline<controller = #transport.node<init_args = " + "{a = " * 500 + "1"
+                     + "}" * 500 + ">>", "init_args['a'] must be a string, an integer, a float or a boolean"),
+    "5,000-digit init_args value": ("#transport.backline<controller = #transport.node<init_args = {slots = "
+                                    + "9" * 5000 + "}>>", "the integer literal is too long (it must fit in 64 bits)"),
+    "5,000-digit port": ('#transport.backline<controller = #transport.node<>, coprocessors = [#transport.node<'
+                         'coprocessor_fn = "echo", endpoint = #transport.endpoint<host = "h", port = ' + "1" * 5000
+                         + ">>]>", "#transport.endpoint port: the integer literal is too long"),
+    "5,000-digit decoder id": ('#transport.backline<controller = #transport.node<>, coprocessors = [#transport.node<'
+                               'coprocessor_fn = #transport.fn<name = "f", decoder_ids = [' + "3" * 5000 + "]>>]>",
+                               "decoder_ids item: the integer literal is too long"),
+    "20-digit integer": ("#transport.backline<controller = #transport.node<init_args = {slots = "
+                         + "9" * 20 + "}>>", "the integer literal is too long (it must fit in 64 bits)"),
+    "unterminated": ('#transport.backline<transport = "memcpy", controller = #transport.node<name = "controller"',
+                     "Expected ',' or '>' after #transport.node field 'name'"),
+    "unknown field": ('#transport.backline<controller = #transport.node<colour = 1>>',
+                      "#transport.node has no field 'colour'; its fields: name, hardware, runs_in"),
+    "field twice": ('#transport.backline<controller = #transport.node<>, controller = #transport.node<>>',
+                    "#transport.backline field 'controller' is given twice"),
+    "missing controller": ("#transport.backline<>", "#transport.backline needs the field 'controller'"),
+    "wrong record": ('#transport.backline<controller = #transport.fn<name = "f">>',
+                     "#transport.backline controller must be a #transport.node<...>"),
+    "typed integer": ("#transport.backline<controller = #transport.node<init_args = {slots = 8 : i32}>>",
+                      "'}' expected in #transport.node init_args"),
+}
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "#transport.backline<controller = #transport.node<>",  # no closing '>'
-        '#transport.backline<controller = "unterminated>',
-        "#transport.backline<controller = #transport.node<name = [}>>",
-    ],
-)
-def test_unbalanced_backline_attr_is_a_parse_error(text):
-    with pytest.raises(ParseError, match="unterminated #transport.backline"):
+@pytest.mark.parametrize("case", sorted(PATHOLOGICAL))
+def test_malformed_backline_attr_is_a_clear_parse_error(case):
+    text, message = PATHOLOGICAL[case]
+    with pytest.raises(ParseError) as info:
         parse(f"module attributes {{p = {text}}} {{}}")
+    assert message in str(info.value)
 
 
-def test_scan_balanced():
-    s = '<a = "x>\\"y>", b = [<1>], c = {d = (e)}> tail'
-    assert _scan_balanced(s, 1) == s.index("> tail")
-    assert _scan_balanced("<a = [>", 1) == -1
-    assert _scan_balanced('<"\\', 1) == -1
-    assert _scan_balanced("<>", 1) == 1
+def test_records_parse_on_their_own():
+    module = parse('module attributes {e = #transport.endpoint<port = 1, host = "h">, '
+                   'f = #transport.fn<name = "f", python = "operator:neg">} {}')
+    assert module.attributes["e"] == EndpointAttr(host=StringAttr("h"), port=builtin.IntegerAttr(1, i64))
+    assert module.attributes["f"].to_dict() == {"name": "f", "python": "operator:neg"}
+    assert isinstance(module.attributes["f"], FnAttr)
+
+
+def test_records_build_from_plain_values():
+    attr = BacklineAttr(controller=NodeAttr(name="c"), coprocessors=[
+        NodeAttr(name="d", runs_in="thread", init_args={"slots": 8, "flag": True}, coprocessor_fn="echo",
+                 endpoint={"host": "h", "port": 9})])
+    assert attr.placement() == Placement(controller=Controller(name="c"), coprocessors=[
+        Coprocessor(name="d", runs_in="thread", init_args={"slots": 8, "flag": True}, coprocessor_fn="echo",
+                    endpoint=Endpoint(host="h", port=9))])
+    with pytest.raises(VerifyException, match=r"init_args\['a'\]: None has no #transport.backline form"):
+        NodeAttr(name="x", init_args={"a": None})
+    with pytest.raises(TypeError, match=r"NodeAttr has no fields \['colour'\]"):
+        NodeAttr(colour="blue")
+
+
+def test_transport_create_runs_in():
+    create = transport.CreateOp("coprocessor", transport="memcpy", backend_lib="/x.so", key="k", runs_in="process")
+    assert create.runs_in == StringAttr("process")
+    assert transport.CreateOp("controller", transport="memcpy", backend_lib="/x.so", key="k").runs_in is None
+
+    def body(args):
+        return [transport.CreateOp("controller", transport="memcpy", backend_lib="/x.so", key="k", runs_in="inline")]
+
+    assert verify_error(body) == (
+        "'transport.create' runs_in 'inline' is not a place; use one of controller-thread, thread, process"
+    )
 
 
 # -- executor -----------------------------------------------------------------------------

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import ctypes
 import operator
+import shutil
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -36,8 +38,9 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Block, Operation, Region
 from xdsl.utils.exceptions import DiagnosticException, PassFailedException
 
-from backline_core import CoprocessorFunction, get_library
+from backline_core import CoprocessorFunction, get_library, plugins
 from backline_core.placement import Controller, Coprocessor, Placement
+from backline_core.resolution import resolve
 
 BOTH = "inject-transport-session,lower-decode-to-transport"
 PTR = llvm.LLVMPointerType()
@@ -95,8 +98,8 @@ def text(m: ModuleOp) -> str:
     return pipeline.print_module(m)
 
 
-THREAD = Coprocessor(name="xdec", coprocessor_fn="steane", init_args={"locality": "thread"})
-PROCESS = Coprocessor(name="zdec", coprocessor_fn="echo", init_args={"locality": "process"})
+THREAD = Coprocessor(name="xdec", coprocessor_fn="steane", runs_in="thread")
+PROCESS = Coprocessor(name="zdec", coprocessor_fn="echo", runs_in="process")
 
 
 # -- both passes --------------------------------------------------------------------------
@@ -117,13 +120,16 @@ def test_both_passes_build_sessions_and_rounds() -> None:
 
     # setup: xdec's coprocessor (co-located) before its controller; zdec's controller only
     assert role_keys(setup, t.CreateOp) == [("coprocessor", "xdec"), ("controller", "xdec"), ("controller", "zdec")]
-    record = p.transport_record
+    res = resolve(p)
     for create in ops_of(setup, t.CreateOp):
-        role = create.session.type.role_name
+        role, key = create.session.type.role_name, create.key.data
+        node = res.controller if role == "controller" else res.coprocessor(key)
         assert create.transport.data == "memcpy"
-        assert create.backend_lib.data == record.library("cpu", role)
+        assert create.backend_lib.data == node.library
         assert create.hardware.data == "cpu"
-        assert create.config.data == ("locality=thread" if role == "coprocessor" else "")
+        assert create.config.data == ""
+        # a coprocessor's own place; a controller expects its coprocessor there
+        assert create.runs_in.data == res.coprocessor(key).runs_in == {"xdec": "thread", "zdec": "process"}[key]
     counts = names(setup)
     assert counts["transport.connect_async"] == counts["transport.exchange_keys_async"] == 1
     assert counts["transport.await"] == 2
@@ -175,13 +181,28 @@ def test_message_sizes_attribute_overrides_one_key() -> None:
     assert got == {"xdec": (4, 8), "zdec": (64, 2)}
 
 
-def test_native_function_with_context_and_hooks() -> None:
-    fn = CoprocessorFunction(name="lut", library="/opt/liblut.so", symbol="lut_decode", decoder_ids=(3,),
+LUT_C = """
+#include <stdint.h>
+int32_t lut_decode(void *ctx, uint32_t id, const uint8_t *in, uint32_t n, uint8_t *out, uint32_t cap,
+                   uint32_t *len) { (void)ctx; (void)id; (void)in; (void)n; (void)out; (void)cap; *len = 0; return 0; }
+int32_t lut_init(const uint8_t *params, uint64_t len, void **ctx) { (void)params; (void)len; *ctx = 0; return 0; }
+void lut_fini(void *ctx) { (void)ctx; }
+"""
+
+
+def test_native_function_with_context_and_hooks(tmp_path: Path) -> None:
+    # resolution loads every symbol, so the library must exist
+    cc = shutil.which("gcc") or shutil.which("cc")
+    assert cc is not None, "no C compiler on PATH (gcc or cc); install one (apt-get install gcc)"
+    (tmp_path / "lut.c").write_text(LUT_C)
+    lib = str(tmp_path / "liblut.so")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", lib, str(tmp_path / "lut.c")], check=True)
+    fn = CoprocessorFunction(name="lut", library=lib, symbol="lut_decode", decoder_ids=(3,),
                              context=b"\x00\xff", init_symbol="lut_init", fini_symbol="lut_fini")
     m = module(placement(Coprocessor(name="lut", coprocessor_fn=fn)))
     pipeline.run(m, "inject-transport-session")
     (op,) = ops_of(m, t.SetCoprocessorFnOp)
-    assert (op.symbol.data, op.library.data, op.decoder_id.value.data) == ("lut_decode", "/opt/liblut.so", 3)
+    assert (op.symbol.data, op.library.data, op.decoder_id.value.data) == ("lut_decode", lib, 3)
     assert (op.init_symbol.data, op.fini_symbol.data, op.context.data) == ("lut_init", "lut_fini", "00ff")
 
 
@@ -237,7 +258,7 @@ def test_python_callable_coprocessor_is_an_error() -> None:
     assert "'py'" in str(exc.value) and "native decoder" in str(exc.value)
     assert text(m) == before  # checked before anything changed
     # served out of the program, the same node is fine: only the controller side is emitted
-    m = module(placement(Coprocessor(name="py", coprocessor_fn=fn, init_args={"locality": "process"})))
+    m = module(placement(Coprocessor(name="py", coprocessor_fn=fn, runs_in="process")))
     pipeline.run(m, "inject-transport-session")
     assert role_keys(m, t.CreateOp) == [("controller", "py")]
 
@@ -270,6 +291,31 @@ def test_by_check_type_needs_two_coprocessors() -> None:
 def test_bad_options(spec: str, message: str) -> None:
     with pytest.raises(DiagnosticException, match=message):
         pipeline.run(module(placement(THREAD), [("x", None)]), spec)
+
+
+def test_one_resolution_per_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A placement value not resolved before; every pass that needs plugin facts resolves it,
+    # and the core's cache makes that one resolution: one backend lookup per node.
+    lookups = []
+    real = plugins.transport_backend
+
+    def counting(name: str, hardware: str, role: str):
+        lookups.append((name, hardware, role))
+        return real(name, hardware, role)
+
+    monkeypatch.setattr(plugins, "transport_backend", counting)
+    key = f"once-{uuid.uuid4().hex[:8]}"
+    m = module(placement(Coprocessor(name=key, coprocessor_fn="echo"), PROCESS), [("x", None), ("z", None)])
+    pipeline.run(m, BOTH + ",convert-bqec-to-llvm,convert-transport-to-llvm")
+    assert sorted(lookups) == [("memcpy", "cpu", "controller"), ("memcpy", "cpu", "coprocessor"),
+                               ("memcpy", "cpu", "coprocessor")]
+
+
+def test_resolution_errors_stop_the_passes() -> None:
+    m = module(placement(Coprocessor(name="dec", coprocessor_fn="no-such-decoder")), [("x", None)])
+    for spec in ("inject-transport-session", "lower-decode-to-transport"):
+        with pytest.raises(PassFailedException, match=f"^{spec}: .*no-such-decoder"):
+            pipeline.run(m, spec)
 
 
 def test_pass_classes_are_the_registered_ones() -> None:
@@ -394,7 +440,7 @@ def test_third_party_pass_through_the_entry_point(example_pass: None, tmp_path: 
     # scheduled among the compiler's own passes, in the order the spec gives
     placed = source.with_name("placed.mlir")
     p = placement(Coprocessor(name="dec", coprocessor_fn="steane"))
-    placed.write_text(f"module attributes {{{PLACEMENT_ATTR} = {p.to_attribute()}}} {{\n"
+    placed.write_text(f"module attributes {{{PLACEMENT_ATTR} = {t.BacklineAttr.from_placement(p)}}} {{\n"
                       + source.read_text() + "}\n")
     before = _opt(str(placed), "-p", "count-decodes,lower-decode-to-transport")
     after = _opt(str(placed), "-p", "lower-decode-to-transport,count-decodes")
@@ -410,7 +456,7 @@ def test_third_party_pass_is_gone_after_uninstall() -> None:
 
 def test_existing_setup_returning_its_own_value() -> None:
     m = pipeline.parse(f"""
-    module attributes {{{PLACEMENT_ATTR} = {placement(THREAD).to_attribute()}}} {{
+    module attributes {{{PLACEMENT_ATTR} = {t.BacklineAttr.from_placement(placement(THREAD))}}} {{
       llvm.func @backline_setup() -> i32 {{
         %mine = llvm.mlir.constant(7 : i32) : i32
         llvm.return %mine : i32

@@ -11,6 +11,7 @@ import uuid
 import numpy as np
 import pytest
 from backline_compiler import codegen, pipeline
+from backline_compiler.dialects.transport import BacklineAttr
 
 from backline_core import Controller, Coprocessor, Placement
 from backline_core.device import QuantumDevice
@@ -80,9 +81,9 @@ def test_correction_lowers_the_logical_error_rate(local_outcomes: np.ndarray, gh
 def test_decodes_over_the_transport_match_local_decoding(local_outcomes: np.ndarray, ghz_text, run_shots) -> None:
     key = f"dec-{uuid.uuid4().hex[:8]}"
     placement = Placement(controller=Controller(), transport="memcpy",
-                          coprocessors=[Coprocessor(name=key, coprocessor_fn="steane",
-                                                    init_args={"locality": "thread"})])
-    module = pipeline.parse(ghz_text(attributes=f"attributes {{backline.placement = {placement.to_attribute()}}}"))
+                          coprocessors=[Coprocessor(name=key, coprocessor_fn="steane", runs_in="thread")])
+    attr = BacklineAttr.from_placement(placement)
+    module = pipeline.parse(ghz_text(attributes=f"attributes {{backline.placement = {attr}}}"))
     pipeline.run(module, f"{encode(P, True)},inject-transport-session{{in-bytes=1 out-bytes=1}},"
                          f"lower-decode-to-transport,{LOWER}")
     text = pipeline.print_module(module)

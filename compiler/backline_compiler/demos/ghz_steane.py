@@ -62,14 +62,14 @@ def steane_bposd() -> CoprocessorFunction:
     return css_bp_decoder(np.array(H), np.array(H), ms_scaling_factor=1.0)
 
 
-def device(quantum: str, *, coprocessor_fn: str | CoprocessorFunction | None = "steane", locality: str = "thread",
+def device(quantum: str, *, coprocessor_fn: str | CoprocessorFunction | None = "steane", runs_in: str = "thread",
            noise: float = 0.0, apply_correction: bool = True, seed: int | None = None) -> Backline:
     """A Backline device as in Listing 3, with the choices the demo varies
     (``coprocessor_fn=None``: no coprocessor, decodes stay in the controller)."""
     ctrl = Controller(hardware="cpu", device=qml.device(quantum, wires=3))
     coprocessors = [] if coprocessor_fn is None else [
         Coprocessor(name="steane-decoder", hardware="cpu", coprocessor_fn=coprocessor_fn,
-                    init_args={"locality": locality, "idle_spin_us": IDLE_SPIN_US})]
+                    runs_in=runs_in, init_args={"idle_spin_us": IDLE_SPIN_US})]
     return Backline(controller=ctrl, coprocessors=coprocessors, transport="memcpy", qec_code="steane", noise=noise,
                     apply_correction=apply_correction, seed=seed)
 
@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n3. Only the placement changes")
         for label, dev in (("bposd (BP+OSD), thread", device("default.clifford", coprocessor_fn=steane_bposd(),
                                                                noise=args.noise, seed=args.seed)),
-                           ("steane table, own process", device("default.clifford", locality="process",
+                           ("steane table, own process", device("default.clifford", runs_in="process",
                                                                 noise=args.noise, seed=args.seed)),
                            ("no coprocessor (local)", device("default.clifford", coprocessor_fn=None,
                                                              noise=args.noise, seed=args.seed))):

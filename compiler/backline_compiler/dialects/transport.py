@@ -6,14 +6,19 @@ Types
     controller-only op on a coprocessor session. ``!transport.token`` (:class:`TokenType`)
     names an ``*_async`` bring-up step for ``transport.await``.
 
-Attribute
-    ``#transport.backline<...>`` (:class:`BacklineAttr`): the placement, stored as the
-    core's canonical attribute text. Parsing, printing and validation all go through
-    :mod:`backline_core.serialization`; nothing here re-states a placement rule.
+Attributes
+    ``#transport.backline<...>`` (:class:`BacklineAttr`): the placement, a typed attribute
+    whose nodes are ``#transport.node<...>`` (:class:`NodeAttr`), with ``#transport.endpoint<...>``
+    and ``#transport.fn<...>`` inside; it converts to and from the core's ``Placement`` through
+    ``Placement.to_dict()`` / ``from_dict()``, and its verifier is the core's shape check::
+
+        #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller",
+          hardware = "cpu">, coprocessors = [#transport.node<name = "dec", hardware = "cpu",
+          runs_in = "thread", init_args = {idle_spin_us = 5000}, coprocessor_fn = "steane">]>
 
 Ops (string/integer settings are properties, written in the attribute dictionary)::
 
-    %s = transport.create {transport = "memcpy", backend_lib = "/x.so", key = "dec", config = "", hardware = "cpu"} : !transport.session<controller>
+    %s = transport.create {transport = "memcpy", backend_lib = "/x.so", key = "dec", config = "", hardware = "cpu", runs_in = "thread"} : !transport.session<controller>
     %s = transport.get_session {key = "controller"} : !transport.session<controller>
     transport.connect %s : !transport.session<controller>
     %t = transport.connect_async %s : !transport.session<controller> -> !transport.token
@@ -39,10 +44,25 @@ spelled out; session types always are (the role is information), and so are resu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import ClassVar
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
 
-from xdsl.dialects.builtin import I32, I64, IntegerAttr, StringAttr, i32, i64
+from xdsl.dialects.builtin import (
+    I32,
+    I64,
+    ArrayAttr,
+    DictionaryAttr,
+    FloatAttr,
+    IntegerAttr,
+    NoneAttr,
+    StringAttr,
+    f64,
+    i1,
+    i32,
+    i64,
+)
 from xdsl.dialects.llvm import LLVMPointerType
 from xdsl.ir import (
     Attribute,
@@ -65,10 +85,13 @@ from xdsl.irdl import (
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.lexer import Position
 
-from backline_core.errors import PlacementError, PluginError
-from backline_core.hookspecs import HARDWARE, ROLES
+from backline_core._native import lib
+from backline_core.errors import PlacementError
+from backline_core.hookspecs import HARDWARE, ROLES, RUNS_IN
 from backline_core.placement import Placement
+from backline_core.serialization import FORMAT
 
 CONTROLLER, COPROCESSOR = ROLES
 
@@ -125,103 +148,428 @@ TOKEN = TokenType()
 
 
 # -- the placement attribute --------------------------------------------------------------
-
-_PREFIX = "#" + "transport.backline"
-_CLOSERS = {">": "<", "]": "[", "}": "{", ")": "("}
-
-
-def _scan_balanced(content: str, start: int) -> int:
-    """Index of the ``>`` closing the ``<`` just before ``start``; -1 if there is none.
-
-    Nested ``<>``, ``[]``, ``{}``, ``()`` are balanced, and a double-quoted string is skipped
-    whole (a backslash escapes the next character, covering the core's ``\\"``, ``\\\\`` and
-    ``\\XX`` escapes). Mismatched brackets also give -1.
-    """
-    stack: list[str] = []
-    i, n = start, len(content)
-    while i < n:
-        c = content[i]
-        if c == '"':
-            i += 1
-            while i < n and content[i] != '"':
-                i += 2 if content[i] == "\\" else 1
-            if i >= n:
-                return -1
-        elif c in "<[{(":
-            stack.append(c)
-        elif c in _CLOSERS:
-            if not stack:
-                return i if c == ">" else -1
-            if stack.pop() != _CLOSERS[c]:
-                return -1
-        i += 1
-    return -1
+#
+# ``#transport.backline<...>`` and the records inside it are typed attributes whose
+# parameters are builtin attributes. Each prints as ``key = value`` fields in parameter
+# order, leaving out a field equal to its default; parsing reads exactly the fields and
+# value kinds of that record (never an arbitrary attribute), so nesting is bounded.
 
 
-def _check_placement(text: str) -> Placement:
-    """The core's parse + validation; its message becomes the VerifyException's."""
+@dataclass(frozen=True)
+class _Field:
+    """One ``key = value`` field of a record attribute."""
+
+    name: str
+    parse: Callable[[AttrParser, str], Attribute]
+    default: Attribute | None  # None: the field is required
+    always: bool = False  # printed even when equal to the default
+    record: type[_Record] | None = None  # the record a dict value converts to (to/from dict)
+
+
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
+def _number(parser: AttrParser, what: str, parse: Callable[[], int | float | None]) -> int | float | None:
+    """``parse()``, with an integer past 64 bits (or past what Python converts) a parse error."""
+    start = parser.pos
     try:
-        return Placement.from_attribute(text)
-    except (PlacementError, PluginError) as exc:
-        raise VerifyException(str(exc)) from exc
+        value = parse()
+    except ValueError:  # more digits than Python converts to an int
+        value = _I64_MAX + 1
+    if isinstance(value, int) and not _I64_MIN <= value <= _I64_MAX:
+        parser.raise_error(f"{what}: the integer literal is too long (it must fit in 64 bits)", start, parser.pos)
+    return value
 
 
-@irdl_attr_definition
-class BacklineAttr(ParametrizedAttribute):
-    """``#transport.backline<...>``: a placement, as the core's canonical attribute text.
+def _int_attr(parser: AttrParser, what: str) -> int:
+    value = _number(parser, what, lambda: parser.parse_optional_integer(allow_boolean=False))
+    if value is None:
+        parser.raise_error(f"{what} must be an integer")
+    return int(value)
 
-    The single parameter ``text`` holds the whole ``#transport.backline<...>`` text. The
-    attribute is validated when it is built (xDSL verifies attributes on construction), by
-    :meth:`Placement.from_attribute`, so every rule and every message is the core's.
-    Parsing reads the balanced body verbatim and stores the canonical form of a valid
-    placement (so differently spaced or defaulted spellings print identically).
+
+def _optional_text(parser: AttrParser, what: str) -> str | None:
+    """A string literal; the lexer makes one with non-ASCII escapes a bytes literal: decode it."""
+    if (text := parser.parse_optional_str_literal()) is not None:
+        return text
+    start = parser.pos
+    if (data := parser.parse_optional_bytes_literal()) is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        parser.raise_error(f"{what} is not UTF-8 text", start, parser.pos)
+
+
+def _p_string(parser: AttrParser, what: str) -> Attribute:
+    value = _optional_text(parser, what)
+    if value is None:
+        parser.raise_error(f'{what} must be a string "..."')
+    return StringAttr(value)
+
+
+def _p_int(parser: AttrParser, what: str) -> Attribute:
+    return IntegerAttr(_int_attr(parser, what), i64)
+
+
+def _p_bool(parser: AttrParser, what: str) -> Attribute:
+    value = parser.parse_optional_boolean()
+    if value is None:
+        parser.raise_error(f"{what} must be true or false")
+    return IntegerAttr.from_bool(value)
+
+
+def _p_scalar(parser: AttrParser, what: str, floats: bool) -> Attribute:
+    if (text := _optional_text(parser, what)) is not None:
+        return StringAttr(text)
+    if (flag := parser.parse_optional_boolean()) is not None:
+        return IntegerAttr.from_bool(flag)
+    start = parser.pos
+    number = _number(parser, what, parser.parse_optional_number)
+    if isinstance(number, float) and floats:
+        return FloatAttr(number, f64)
+    if isinstance(number, int):
+        return IntegerAttr(number, i64)
+    kinds = "a string, an integer, a float or a boolean" if floats else "a string or an integer"
+    parser.raise_error(f"{what} must be {kinds}", start)
+
+
+def _scalar_dict(floats: bool) -> Callable[[AttrParser, str], Attribute]:
+    def parse(parser: AttrParser, what: str) -> Attribute:
+        entries: dict[str, Attribute] = {}
+
+        def entry() -> None:
+            at = parser.pos
+            key = parser.parse_optional_identifier()
+            if key is None:
+                key = _optional_text(parser, f"{what} key")
+            if key is None:
+                parser.raise_error(f"{what}: expected a key (an identifier or a string)")
+            if key in entries:
+                parser.raise_error(f"{what}: key {key!r} appears twice", at, parser.pos)
+            parser.parse_punctuation("=", f" after {what} key {key!r}")
+            entries[key] = _p_scalar(parser, f"{what}[{key!r}]", floats)
+
+        parser.parse_comma_separated_list(parser.Delimiter.BRACES, entry, f" in {what}")
+        return DictionaryAttr({k: entries[k] for k in sorted(entries)})
+
+    return parse
+
+
+def _p_int_list(parser: AttrParser, what: str) -> Attribute:
+    items = parser.parse_comma_separated_list(
+        parser.Delimiter.SQUARE, lambda: IntegerAttr(_int_attr(parser, f"{what} item"), i64), f" in {what}")
+    return ArrayAttr(items)
+
+
+def _p_record(cls: type[_Record]) -> Callable[[AttrParser, str], Attribute]:
+    def parse(parser: AttrParser, what: str) -> Attribute:
+        if parser.parse_optional_characters(f"#{cls.name}") is None:
+            parser.raise_error(f"{what} must be a #{cls.name}<...>")
+        return cls.new(cls.parse_parameters(parser))
+
+    return parse
+
+
+def _p_record_list(cls: type[_Record]) -> Callable[[AttrParser, str], Attribute]:
+    item = _p_record(cls)
+
+    def parse(parser: AttrParser, what: str) -> Attribute:
+        return ArrayAttr(parser.parse_comma_separated_list(
+            parser.Delimiter.SQUARE, lambda: item(parser, f"{what} item"), f" in {what}"))
+
+    return parse
+
+
+def _p_function(parser: AttrParser, what: str) -> Attribute:
+    if (name := _optional_text(parser, what)) is not None:
+        return StringAttr(name)
+    if parser.parse_optional_characters(f"#{FnAttr.name}") is None:
+        parser.raise_error(f'{what} must be a decoder name "..." or a #{FnAttr.name}<...>')
+    return FnAttr.new(FnAttr.parse_parameters(parser))
+
+
+def _float_text(value: float) -> str:
+    """``repr`` with the '.' the MLIR float syntax needs (``1e-05`` -> ``1.0e-05``)."""
+    mantissa, e, exponent = repr(value).partition("e")
+    return (mantissa if "." in mantissa else mantissa + ".0") + e + exponent
+
+
+def _print_value(printer: Printer, value: Attribute) -> None:
+    if isinstance(value, StringAttr):
+        printer.print_string_literal(value.data)
+    elif isinstance(value, IntegerAttr):
+        number = value.value.data
+        printer.print_string(("true" if number else "false") if value.type == i1 else str(number))
+    elif isinstance(value, FloatAttr):
+        printer.print_string(_float_text(value.value.data))
+    elif isinstance(value, DictionaryAttr):
+        printer.print_string("{")
+        for i, key in enumerate(sorted(value.data)):
+            printer.print_string(", " if i else "")
+            printer.print_identifier_or_string_literal(key)
+            printer.print_string(" = ")
+            _print_value(printer, value.data[key])
+        printer.print_string("}")
+    elif isinstance(value, ArrayAttr):
+        printer.print_string("[")
+        printer.print_list(value.data, lambda item: _print_value(printer, item))
+        printer.print_string("]")
+    else:
+        printer.print_attribute(value)
+
+
+def _plain(value: Attribute) -> Any:
+    """A parameter as the core's dict form holds it."""
+    if isinstance(value, _Record):
+        return value.to_dict()
+    if isinstance(value, StringAttr):
+        return value.data
+    if isinstance(value, IntegerAttr):
+        return bool(value.value.data) if value.type == i1 else value.value.data
+    if isinstance(value, FloatAttr):
+        return value.value.data
+    if isinstance(value, DictionaryAttr):
+        return {k: _plain(v) for k, v in value.data.items()}
+    if isinstance(value, ArrayAttr):
+        return [_plain(v) for v in value.data]
+    raise VerifyException(f"a placement attribute cannot hold {value}")
+
+
+def _attr(value: Any, record: type[_Record] | None, what: str) -> Attribute:
+    """Inverse of :func:`_plain` (an attribute is kept as it is)."""
+    if isinstance(value, Attribute):
+        return value
+    if isinstance(value, Mapping):
+        if record is not None:
+            return record.from_dict(value)
+        return DictionaryAttr({str(k): _attr(value[k], None, f"{what}[{k!r}]") for k in sorted(value)})
+    if isinstance(value, (list, tuple)):
+        return ArrayAttr([_attr(v, record, f"{what} item") for v in value])
+    if isinstance(value, bool):
+        return IntegerAttr.from_bool(value)
+    if isinstance(value, int) and _I64_MIN <= value <= _I64_MAX:
+        return IntegerAttr(value, i64)
+    if isinstance(value, float):
+        return FloatAttr(value, f64)
+    if isinstance(value, str):
+        return StringAttr(value)
+    raise VerifyException(f"{what}: {value!r} has no #transport.backline form")
+
+
+class _Record(ParametrizedAttribute):
+    """A ``#transport.<kind><key = value, ...>`` attribute (see the comment above)."""
+
+    FIELDS: ClassVar[tuple[_Field, ...]] = ()
+
+    def __init__(self, **fields: Any) -> None:
+        """Fields by their printed names; a plain value (str, int, dict, ...) is converted, None is the default."""
+        unknown = set(fields) - {f.name for f in self.FIELDS}
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no fields {sorted(unknown)}")
+        params = []
+        for f in self.FIELDS:
+            value = fields.get(f.name)
+            if value is None:
+                value = f.default
+            elif not isinstance(value, Attribute):
+                value = _attr(value, f.record, f"#{self.name} {f.name}")
+            params.append(value)
+        super().__init__(*params)
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string("<")
+        shown = [(f, v) for f, v in zip(self.FIELDS, self.parameters) if f.always or v != f.default]
+        for i, (f, value) in enumerate(shown):
+            printer.print_string(f"{', ' if i else ''}{f.name} = ")
+            _print_value(printer, value)
+        printer.print_string(">")
+
+    @classmethod
+    def parse_fields(cls, parser: AttrParser) -> tuple[list[Attribute], Position, Position]:
+        """The parameters of ``<...>``, and where it starts and ends."""
+        start = parser.pos
+        by_name = {f.name: f for f in cls.FIELDS}
+        known = ", ".join(by_name)
+        values: dict[str, Attribute] = {}
+        parser.parse_punctuation("<", f" after #{cls.name}")
+        end = parser.pos
+        if parser.parse_optional_punctuation(">") is None:
+            while True:
+                at = parser.pos
+                key = parser.parse_optional_identifier()
+                if key is None:
+                    parser.raise_error(f"expected a field of #{cls.name} ({known})")
+                if key not in by_name:
+                    parser.raise_error(f"#{cls.name} has no field {key!r}; its fields: {known}", at, parser.pos)
+                if key in values:
+                    parser.raise_error(f"#{cls.name} field {key!r} is given twice", at, parser.pos)
+                parser.parse_punctuation("=", f" after #{cls.name} field {key!r}")
+                values[key] = by_name[key].parse(parser, f"#{cls.name} {key}")
+                end = parser.pos
+                if parser.parse_optional_punctuation(">") is not None:
+                    break
+                parser.parse_punctuation(",", f" or '>' after #{cls.name} field {key!r}")
+        for f in cls.FIELDS:
+            if f.default is None and f.name not in values:
+                parser.raise_error(f"#{cls.name} needs the field {f.name!r}", start, end + 1)
+        return [values.get(f.name, f.default) for f in cls.FIELDS], start, end + 1
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        return cls.parse_fields(parser)[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields that differ from their defaults (or are always written), as plain values."""
+        return {f.name: _plain(v) for f, v in zip(self.FIELDS, self.parameters) if f.always or v != f.default}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """Inverse of :meth:`to_dict` (the core's dict form of this record)."""
+        by_name = {f.name: f for f in cls.FIELDS}
+        unknown = sorted(str(k) for k in data if k not in by_name and k != "format")
+        if unknown:
+            raise VerifyException(f"#{cls.name} has no fields {unknown}; its fields: {', '.join(by_name)}")
+        return cls(**{k: v for k, v in data.items() if k in by_name})
+
+
+_NONE = NoneAttr()
+_EMPTY = DictionaryAttr({})
+
+
+@irdl_attr_definition(init=False)
+class EndpointAttr(_Record):
+    """``#transport.endpoint<host = "::1", port = 9000>``: a coprocessor's network address."""
+
+    name = "transport.endpoint"
+
+    host: StringAttr
+    port: IntegerAttr
+
+    FIELDS: ClassVar[tuple[_Field, ...]] = (_Field("host", _p_string, None), _Field("port", _p_int, None))
+
+
+@irdl_attr_definition(init=False)
+class FnAttr(_Record):
+    """``#transport.fn<name = "steane", library = "...", symbol = "...", decoder_ids = [0, 1], ...>``:
+    a :class:`~backline_core.CoprocessorFunction` (its ``to_dict`` fields, in that order)."""
+
+    name = "transport.fn"
+
+    fn_name: StringAttr
+    library: StringAttr | NoneAttr
+    symbol: StringAttr | NoneAttr
+    decoder_ids: ArrayAttr[IntegerAttr]
+    context: StringAttr | NoneAttr
+    init_symbol: StringAttr | NoneAttr
+    fini_symbol: StringAttr | NoneAttr
+    python: StringAttr | NoneAttr
+    reply_bits: IntegerAttr | NoneAttr
+
+    FIELDS: ClassVar[tuple[_Field, ...]] = (
+        _Field("name", _p_string, None),
+        _Field("library", _p_string, _NONE),
+        _Field("symbol", _p_string, _NONE),
+        _Field("decoder_ids", _p_int_list, ArrayAttr([IntegerAttr(0, i64)])),
+        _Field("context", _p_string, _NONE),
+        _Field("init_symbol", _p_string, _NONE),
+        _Field("fini_symbol", _p_string, _NONE),
+        _Field("python", _p_string, _NONE),
+        _Field("reply_bits", _p_int, _NONE),
+    )
+
+
+@irdl_attr_definition(init=False)
+class NodeAttr(_Record):
+    """``#transport.node<name = "dec", hardware = "cpu", runs_in = "thread", ...>``: a controller or a
+    coprocessor of a placement (``name`` and ``hardware`` are always written)."""
+
+    name = "transport.node"
+
+    node_name: StringAttr
+    hardware: StringAttr
+    runs_in: StringAttr | NoneAttr
+    remote: IntegerAttr
+    executor_options: DictionaryAttr
+    init_args: DictionaryAttr
+    endpoint: EndpointAttr | NoneAttr
+    coprocessor_fn: StringAttr | FnAttr | NoneAttr
+
+    FIELDS: ClassVar[tuple[_Field, ...]] = (
+        _Field("name", _p_string, StringAttr(""), always=True),
+        _Field("hardware", _p_string, StringAttr("cpu"), always=True),
+        _Field("runs_in", _p_string, _NONE),
+        _Field("remote", _p_bool, IntegerAttr.from_bool(False)),
+        _Field("executor_options", _scalar_dict(floats=False), _EMPTY),
+        _Field("init_args", _scalar_dict(floats=True), _EMPTY),
+        _Field("endpoint", _p_record(EndpointAttr), _NONE, record=EndpointAttr),
+        _Field("coprocessor_fn", _p_function, _NONE, record=FnAttr),
+    )
+
+
+def _core_message(exc: Exception) -> str:
+    # The core's dict reader says "JSON"; here the text is the attribute.
+    return str(exc).replace("invalid placement JSON", "invalid #transport.backline placement", 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _placement_of(attr: BacklineAttr) -> Placement:
+    return Placement.from_dict(attr.to_dict())
+
+
+@irdl_attr_definition(init=False)
+class BacklineAttr(_Record):
+    """``#transport.backline<transport = "memcpy", qec_code = "steane", controller = #transport.node<...>,
+    coprocessors = [#transport.node<...>, ...]>``: a placement.
+
+    It converts to and from the core's :class:`~backline_core.placement.Placement` through
+    ``Placement.to_dict()`` / ``from_dict()``; verifying it checks the placement's shape (no
+    plugin is consulted). Parsing stores the canonical form (default names filled in, keys
+    sorted), so equal placements print the same text.
     """
 
     name = "transport.backline"
 
-    text: StringAttr
+    transport: StringAttr
+    qec_code: StringAttr | NoneAttr
+    controller: NodeAttr
+    coprocessors: ArrayAttr[NodeAttr]
 
-    def __init__(self, text: str | StringAttr):
-        super().__init__(StringAttr(text) if isinstance(text, str) else text)
-
-    @staticmethod
-    def from_placement(placement: Placement) -> BacklineAttr:
-        return BacklineAttr(placement.to_attribute())
-
-    def placement(self) -> Placement:
-        """The validated :class:`Placement` (a fresh parse of ``text``)."""
-        return _check_placement(self.text.data)
-
-    def verify(self) -> None:
-        if not self.text.data.startswith(_PREFIX + "<"):
-            raise VerifyException(
-                f"#transport.backline text must start with '{_PREFIX}<', got {self.text.data[:40]!r}"
-            )
-        _check_placement(self.text.data)
-
-    def print_parameters(self, printer: Printer) -> None:
-        printer.print_string(self.text.data[len(_PREFIX) :])
+    FIELDS: ClassVar[tuple[_Field, ...]] = (
+        _Field("transport", _p_string, StringAttr("memcpy"), always=True),
+        _Field("qec_code", _p_string, _NONE),
+        _Field("controller", _p_record(NodeAttr), None, record=NodeAttr),
+        _Field("coprocessors", _p_record_list(NodeAttr), ArrayAttr([]), record=NodeAttr),
+    )
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
-        # The body is the core's grammar, not xDSL's: take the balanced text between '<'
-        # and '>' straight from the input and resume the lexer after it. xDSL 0.75 (pinned)
-        # has no public API for this; _current_token / _resume_from are what its own
-        # _parse_dialect_symbol_body uses (that one also treats '->' specially, which we don't want).
-        if parser._current_token.text != "<":
-            parser.raise_error("expected '<' after #transport.backline")
-        lt = parser._current_token.span.start
-        content = parser.lexer.input.content
-        gt = _scan_balanced(content, lt + 1)
-        if gt < 0:
-            parser.raise_error("unterminated #transport.backline<...>: no balancing '>'", lt)
-        raw = _PREFIX + content[lt : gt + 1]
-        parser._resume_from(gt + 1)
+        params, start, end = cls.parse_fields(parser)
+        data = {"format": FORMAT, **{f.name: _plain(v) for f, v in zip(cls.FIELDS, params) if v != f.default}}
         try:
-            text = Placement.from_attribute(raw).to_attribute()
-        except (PlacementError, PluginError):
-            text = raw  # building the attribute raises the core's message
-        return (StringAttr(text),)
+            placement = Placement.from_dict(data)
+        except PlacementError as exc:
+            parser.raise_error(_core_message(exc), start, end)
+        return cls.from_placement(placement).parameters
+
+    @staticmethod
+    def from_placement(placement: Placement) -> BacklineAttr:
+        """The attribute of ``placement`` (PlacementError if a function of it cannot be named)."""
+        return BacklineAttr.from_dict(placement.to_dict())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The core's dict form (``Placement.from_dict`` reads it)."""
+        return {"format": FORMAT, **super().to_dict()}
+
+    def placement(self) -> Placement:
+        """The :class:`Placement` (VerifyException with the core's message if its shape is wrong)."""
+        try:
+            return _placement_of(self)
+        except PlacementError as exc:
+            raise VerifyException(_core_message(exc)) from exc
+
+    def verify(self) -> None:
+        self.placement()
 
 
 # -- op helpers ---------------------------------------------------------------------------
@@ -288,6 +636,9 @@ class CreateOp(IRDLOperation):
 
     ``transport`` is the plugin name, ``key`` the session registry key (the node name),
     ``config`` the node's configuration string, ``hardware`` the node's hardware.
+    ``runs_in`` is where the coprocessor runs (``controller-thread``, ``thread`` or
+    ``process``): a coprocessor session's own place, or where a controller session expects
+    its coprocessor; absent, ``bl_session_create`` gets the core's default for the role.
     """
 
     name = "transport.create"
@@ -297,6 +648,7 @@ class CreateOp(IRDLOperation):
     key = prop_def(StringAttr)
     config = prop_def(StringAttr)
     hardware = prop_def(StringAttr)
+    runs_in = opt_prop_def(StringAttr)
 
     session = result_def(SessionType)
 
@@ -312,17 +664,18 @@ class CreateOp(IRDLOperation):
         key: str | StringAttr,
         config: str | StringAttr = "",
         hardware: str | StringAttr = "cpu",
+        runs_in: str | StringAttr | None = None,
     ):
-        super().__init__(
-            result_types=[_session_type(role)],
-            properties={
-                "transport": _str(transport),
-                "backend_lib": _str(backend_lib),
-                "key": _str(key),
-                "config": _str(config),
-                "hardware": _str(hardware),
-            },
-        )
+        props: dict[str, Attribute] = {
+            "transport": _str(transport),
+            "backend_lib": _str(backend_lib),
+            "key": _str(key),
+            "config": _str(config),
+            "hardware": _str(hardware),
+        }
+        if runs_in is not None:
+            props["runs_in"] = _str(runs_in)
+        super().__init__(result_types=[_session_type(role)], properties=props)
 
     def verify_(self) -> None:
         if not self.key.data:
@@ -332,6 +685,10 @@ class CreateOp(IRDLOperation):
         if self.hardware.data not in HARDWARE:
             raise VerifyException(
                 f"'transport.create' hardware {self.hardware.data!r} is unknown; use one of {', '.join(HARDWARE)}"
+            )
+        if self.runs_in is not None and self.runs_in.data not in RUNS_IN:
+            raise VerifyException(
+                f"'transport.create' runs_in {self.runs_in.data!r} is not a place; use one of {', '.join(RUNS_IN)}"
             )
 
 
@@ -492,8 +849,8 @@ class SetCoprocessorFnOp(_SessionOp):
 
 def _check_decoder_id(op: Operation, attr: IntegerAttr) -> None:
     value = attr.value.data
-    if not 0 <= value < 256:
-        raise VerifyException(f"'{op.name}' decoder_id must be in [0, 256), got {value}")
+    if not 0 <= value < lib.BL_MAX_DECODERS:
+        raise VerifyException(f"'{op.name}' decoder_id must be in [0, {lib.BL_MAX_DECODERS}), got {value}")
 
 
 # -- rounds -------------------------------------------------------------------------------
@@ -675,5 +1032,5 @@ Transport = Dialect(
         DestroyOp,
         TakeStatusOp,
     ],
-    [SessionType, TokenType, BacklineAttr],
+    [SessionType, TokenType, BacklineAttr, NodeAttr, EndpointAttr, FnAttr],
 )

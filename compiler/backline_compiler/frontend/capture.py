@@ -40,7 +40,9 @@ from typing import Any
 import jax
 import numpy as np
 from jax.extend import core as jcore
+from xdsl.dialects import llvm
 
+from ..dialects import bquantum, transport
 from .classical import ICMP, IGNORED, INT_BINARY, KNOWN_NAMES, REDUCE, ClassicalOps
 from .ir_writer import FunctionWriter, IRTypeError, Scalar, Val
 from .values import (
@@ -209,20 +211,24 @@ class Interpreter(ClassicalOps):
         if gate is None:
             raise CaptureError(f"gate {name!r} is not supported; supported gates: {', '.join(GATES)}")
         ws = [self.wire_val(self.wire(x, name)) for x in wires]
-        if params:
-            angles = [self.w.val(self.scalar(p, name), "f64") for p in params]
-            self.w.emit(f'bquantum.gate "{gate}" {self.device}, {", ".join(map(str, ws))} '
-                        f'({", ".join(map(str, angles))}) : !bquantum.device')
-        else:
-            self.w.emit(f'bquantum.gate "{gate}" {self.device}, {", ".join(map(str, ws))} : !bquantum.device')
+        angles = [self.w.val(self.scalar(p, name), "f64") for p in params]
+        self.gate(gate, ws, angles)
+
+    def gate(self, gate: str, wires: Sequence[Val], params: Sequence[Val] = ()) -> None:
+        """Emit ``bquantum.gate`` ``gate`` on ``wires`` (``i32``) with angles ``params`` (``f64``)."""
+        self.w.add(bquantum.GateOp(gate, self.device.value, [w.value for w in wires], [p.value for p in params]))
+
+    def measure(self, wire: Val) -> Val:
+        """Emit ``bquantum.measure`` of ``wire``; the ``i1`` outcome."""
+        return self.w.result(bquantum.MeasureOp(self.device.value, wire.value), "i1")
 
     def p_measure(self, eqn: jcore.JaxprEqn, invals: list[Any]) -> Any:
         if eqn.params.get("postselect") is not None:
             raise CaptureError("qml.measure(postselect=...) is not supported: compiled shots are not discarded")
         w = self.wire_val(self.wire(invals[0], "qml.measure"))
-        m = self.w.op("i1", f"bquantum.measure {self.device}, {w} : !bquantum.device -> i1")
+        m = self.measure(w)
         if eqn.params.get("reset"):
-            self.w.emit(f"bquantum.reset {self.device}, {w}")
+            self.w.add(bquantum.ResetOp(self.device.value, w.value))
         return self.w.convert(m, dtype_type(eqn.outvars[0].aval.dtype))
 
     def carried(self, values: list[Any], avals: Sequence[Any]) -> tuple[list[Val], Callable[[list[Val]], list[Any]]]:
@@ -329,8 +335,8 @@ class Interpreter(ClassicalOps):
             flat, rebuild = self.carried(outs, out_avals)
             types = [v.ty for v in flat]
             if not merge.args:
-                merge.args = [Val(f"%{merge.label}_a{i}", ty) for i, ty in enumerate(types)]
-            elif [a.ty for a in merge.args] != types:
+                self.w.add_args(merge, types)
+            elif [a.ty for a in self.w.args(merge)] != types:
                 raise CaptureError("qml.cond: the branches return values of different kinds (a pointer from "
                                    "runtime_call in one branch, a number in another)")
             self.w.br(merge, flat)
@@ -352,7 +358,7 @@ class Interpreter(ClassicalOps):
         self.w.set_block(merge)
         if rebuild is None:
             return [None] * len(out_avals)
-        return rebuild(list(merge.args))
+        return rebuild(self.w.args(merge))
 
     def _defaults(self, avals: Sequence[Any]) -> list[Any]:
         raise CaptureError("qml.cond with results needs a branch that is always taken (a false_fn)")
@@ -384,14 +390,14 @@ class Interpreter(ClassicalOps):
         head = self.w.new_block(("i32", *(v.ty for v in flat)))
         self.w.br(head, [i0, *flat])
         self.w.set_block(head)
-        i, *carried = head.args
+        i, *carried = self.w.args(head)
         stop_v, step_v = self.w.val(stop, "i32"), self.w.val(step, "i32")
         if not isinstance(step, Val):
             go = self.binary("lt" if step > 0 else "gt", i, stop_v, "i32", "i1")
         else:
             up = self.binary("gt", step_v, 0, "i32", "i1")
             a, b = self.binary("lt", i, stop_v, "i32", "i1"), self.binary("gt", i, stop_v, "i32", "i1")
-            go = self.w.op("i1", f"llvm.select {up}, {a}, {b} : i1, i1")
+            go = self.w.select(up, a, b)
             # a run-time step of 0 runs no iteration (instead of looping forever)
             go = self.binary("and", go, self.binary("ne", step_v, 0, "i32", "i1"), "i1", "i1")
         body_block, exit_block = self.w.new_block(), self.w.new_block()
@@ -414,7 +420,7 @@ class Interpreter(ClassicalOps):
         head = self.w.new_block(tuple(v.ty for v in flat))
         self.w.br(head, flat)
         self.w.set_block(head)
-        current = rebuild(list(head.args))
+        current = rebuild(self.w.args(head))
         (go,) = self.eval(cond, cond_consts, current)
         go = self.scalar(go, "qml.while_loop condition")
         body_block, exit_block = self.w.new_block(), self.w.new_block()
@@ -451,7 +457,7 @@ class Interpreter(ClassicalOps):
                                "another runtime_call")
         if isinstance(value, float) or isinstance(value, Val) and value.ty == "f64":
             if isinstance(value, Val):
-                word: Scalar = self.w.op("i64", f"llvm.bitcast {value} : f64 to i64")
+                word: Scalar = self.w.bitcast(value, "i64")
             else:
                 word = int(np.float64(value).view(np.int64))
             kind = "float"
@@ -463,7 +469,7 @@ class Interpreter(ClassicalOps):
         else:
             return [self.record(value, unsigned=unsigned)], "int"
         if isinstance(word, Val):
-            high = self.w.op("i64", f"llvm.lshr {word}, {self.w.const(32, 'i64')} : i64")
+            high = self.w.arith(llvm.LShrOp, word, self.w.const(32, "i64"))
             low, high = self.w.convert(word, "i32"), self.w.convert(high, "i32")
         else:
             low, high = int(word) & 0xFFFFFFFF, (int(word) >> 32) & 0xFFFFFFFF
@@ -481,11 +487,11 @@ class Interpreter(ClassicalOps):
             return seen[1]
         w = self.wire_val(wire)
         if basis == "X":
-            self.w.emit(f'bquantum.gate "H" {self.device}, {w} : !bquantum.device')
+            self.gate("H", [w])
         elif basis == "Y":
-            self.w.emit(f'bquantum.gate "SDG" {self.device}, {w} : !bquantum.device')
-            self.w.emit(f'bquantum.gate "H" {self.device}, {w} : !bquantum.device')
-        m = self.w.op("i1", f"bquantum.measure {self.device}, {w} : !bquantum.device -> i1")
+            self.gate("SDG", [w])
+            self.gate("H", [w])
+        m = self.measure(w)
         self.measured[wire] = ("Z" if basis == "I" else basis, m)
         return m
 
@@ -532,7 +538,7 @@ def qnode_to_ir(jaxpr: jcore.Jaxpr, consts: Sequence[Any], arg_avals: Sequence[A
     """Translate a QNode's ``qfunc_jaxpr`` (see the module docstring)."""
     w = FunctionWriter(name, [("dev", "ptr"), ("shots", "i64"), ("out", "ptr"), ("args", "ptr")])
     dev_ptr, shots, out, argbuf = w.params
-    device = w.op("!bquantum.device", f"bquantum.device_from_ptr {dev_ptr} : !llvm.ptr -> !bquantum.device")
+    device = w.result(bquantum.DeviceFromPtrOp(dev_ptr.value))
     interp = Interpreter(w, device, num_wires=num_wires, unroll_loops=unroll_loops, extensions=extensions)
 
     # Arguments: one 8-byte slot per element, loaded once before the shot loop.
@@ -559,12 +565,12 @@ def qnode_to_ir(jaxpr: jcore.Jaxpr, consts: Sequence[Any], arg_avals: Sequence[A
     shot_head = w.new_block(("i64",))
     w.br(shot_head, [w.const(0, "i64")])
     w.set_block(shot_head)
-    (i,) = shot_head.args
-    done = w.op("i1", f'llvm.icmp "sge" {i}, {shots} : i64')
+    (i,) = w.args(shot_head)
+    done = w.icmp("sge", i, shots)
     body, exit_block = w.new_block(), w.new_block()
     w.cond_br(done, exit_block, body)
     w.set_block(body)
-    w.emit(f"bquantum.reset_all {device}")
+    w.add(bquantum.ResetAllOp(device.value))
     interp.measured.clear()
     try:
         results = interp.eval(jaxpr, list(consts), args)
@@ -575,19 +581,19 @@ def qnode_to_ir(jaxpr: jcore.Jaxpr, consts: Sequence[Any], arg_avals: Sequence[A
             raise CaptureError("a compiled QNode must return measurements (qml.sample, qml.expval, qml.var, "
                                "qml.probs)")
     width = len(interp.records)
-    base = w.op("i64", f"llvm.mul {i}, {w.const(max(width, 1), 'i64')} : i64")
+    base = w.arith(llvm.MulOp, i, w.const(max(width, 1), "i64"))
     for k, value in enumerate(interp.records):
-        idx = w.op("i64", f"llvm.add {base}, {w.const(k, 'i64')} : i64")
+        idx = w.arith(llvm.AddOp, base, w.const(k, "i64"))
         w.store(value, w.element(out, idx, "i32"), "i32")
-    status = w.op("i32", "transport.take_status : i32")
-    failed = w.op("i1", f'llvm.icmp "ne" {status}, {w.const(0, "i32")} : i32')
+    status = w.result(transport.TakeStatusOp(), "i32")
+    failed = w.icmp("ne", status, w.const(0, "i32"))
     fail_block, next_block = w.new_block(), w.new_block()
     w.cond_br(failed, fail_block, next_block)
     w.set_block(fail_block)
     w.ret(status)
     w.set_block(next_block)
-    w.br(shot_head, [w.op("i64", f"llvm.add {i}, {w.const(1, 'i64')} : i64")])
+    w.br(shot_head, [w.arith(llvm.AddOp, i, w.const(1, "i64"))])
     w.set_block(exit_block)
-    w.ret(w.op("i32", "transport.take_status : i32"))
-    return Translation(text=w.text(), width=width, measurements=list(results), num_args=slot, arg_kinds=kinds,
+    w.ret(w.result(transport.TakeStatusOp(), "i32"))
+    return Translation(module=w.module(), width=width, measurements=list(results), num_args=slot, arg_kinds=kinds,
                        decodes=interp.decodes, libraries=interp.libraries, wires_used=interp.wires_used)

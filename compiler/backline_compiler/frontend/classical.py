@@ -14,16 +14,21 @@ from typing import Any
 import jax
 import numpy as np
 from jax.extend import core as jcore
+from xdsl.dialects import llvm
+from xdsl.ir import Operation
 
 from .ir_writer import FunctionWriter, Scalar, Val
 from .values import Arr, CaptureError, bits_of, dtype_type, is_const, to_python
 
 ICMP = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}
 FCMP = {"eq": "oeq", "ne": "une", "lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge"}
-INT_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "sdiv", "rem": "srem", "and": "and",
-               "or": "or", "xor": "xor", "shift_left": "shl", "shift_right_logical": "lshr",
-               "shift_right_arithmetic": "ashr"}
-FLOAT_BINARY = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv", "rem": "frem"}
+INT_BINARY = {"add": llvm.AddOp, "sub": llvm.SubOp, "mul": llvm.MulOp, "div": llvm.SDivOp, "rem": llvm.SRemOp,
+              "and": llvm.AndOp, "or": llvm.OrOp, "xor": llvm.XOrOp, "shift_left": llvm.ShlOp,
+              "shift_right_logical": llvm.LShrOp, "shift_right_arithmetic": llvm.AShrOp}
+FLOAT_BINARY = {"add": llvm.FAddOp, "sub": llvm.FSubOp, "mul": llvm.FMulOp, "div": llvm.FDivOp, "rem": llvm.FRemOp}
+#: (unsigned, "div" or "rem") -> the llvm op
+DIVIDE = {(False, "div"): llvm.SDivOp, (False, "rem"): llvm.SRemOp, (True, "div"): llvm.UDivOp,
+          (True, "rem"): llvm.URemOp}
 REDUCE = {"reduce_sum": "add", "reduce_or": "or", "reduce_and": "and", "reduce_xor": "xor",
            "reduce_max": "max", "reduce_min": "min"}
 IGNORED = {"copy", "copy_p", "optimization_barrier"}
@@ -50,21 +55,19 @@ class ClassicalOps:
         x, y = self.w.val(a, in_ty), self.w.val(b, in_ty)
         if name in ICMP:
             if in_ty == "f64":
-                return self.w.op("i1", f'llvm.fcmp "{FCMP[name]}" {x}, {y} : f64')
+                return self.w.fcmp(FCMP[name], x, y)
             pred = ICMP[name].replace("s", "u", 1) if unsigned and ICMP[name][0] == "s" else ICMP[name]
-            return self.w.op("i1", f'llvm.icmp "{pred}" {x}, {y} : {in_ty}')
+            return self.w.icmp(pred, x, y)
         if name in ("max", "min"):
             if in_ty == "f64":
-                pred = "ogt" if name == "max" else "olt"
+                c = self.w.fcmp("ogt" if name == "max" else "olt", x, y)
             else:
-                pred = ("u" if unsigned else "s") + ("gt" if name == "max" else "lt")
-            cmp = "fcmp" if in_ty == "f64" else "icmp"
-            c = self.w.op("i1", f'llvm.{cmp} "{pred}" {x}, {y} : {in_ty}')
-            return self.w.op(in_ty, f"llvm.select {c}, {x}, {y} : i1, {in_ty}")
+                c = self.w.icmp(("u" if unsigned else "s") + ("gt" if name == "max" else "lt"), x, y)
+            return self.w.select(c, x, y)
         if in_ty == "f64":
             if name not in FLOAT_BINARY:
                 raise CaptureError(f"'{name}' on floats is not supported in compiled programs")
-            return self.w.op("f64", f"llvm.{FLOAT_BINARY[name]} {x}, {y} : f64")
+            return self.w.arith(FLOAT_BINARY[name], x, y)
         if name not in INT_BINARY:
             raise CaptureError(f"'{name}' on integers is not supported in compiled programs")
         op = INT_BINARY[name]
@@ -72,27 +75,27 @@ class ClassicalOps:
             return self._divide(name, a, b, x, y, in_ty, unsigned)
         if name.startswith("shift_") and in_ty != "i1" and (isinstance(b, Val) or not 0 <= int(b) < bits_of(in_ty)):
             return self._shift(op, x, y, in_ty)
-        return self.w.op(in_ty, f"llvm.{op} {x}, {y} : {in_ty}")
+        return self.w.arith(op, x, y)
 
-    def _shift(self, op: str, x: Val, y: Val, ty: str) -> Val:
+    def _shift(self, op: type[Operation], x: Val, y: Val, ty: str) -> Val:
         """A shift as XLA defines it for amounts LLVM leaves undefined (>= the width, or negative):
         0, or the sign for an arithmetic right shift."""
         width = bits_of(ty)
         big = self.binary("ge", y, width, ty, "i1", unsigned=True)
-        safe = self.w.op(ty, f"llvm.select {big}, {self.w.const(0, ty)}, {y} : i1, {ty}")
-        result = self.w.op(ty, f"llvm.{op} {x}, {safe} : {ty}")
-        if op == "ashr":
-            fallback = self.w.op(ty, f"llvm.ashr {x}, {self.w.const(width - 1, ty)} : {ty}")
+        safe = self.w.select(big, self.w.const(0, ty), y)
+        result = self.w.arith(op, x, safe)
+        if op is llvm.AShrOp:
+            fallback = self.w.arith(llvm.AShrOp, x, self.w.const(width - 1, ty))
         else:
             fallback = self.w.const(0, ty)
-        return self.w.op(ty, f"llvm.select {big}, {fallback}, {result} : i1, {ty}")
+        return self.w.select(big, fallback, result)
 
     def _divide(self, name: str, a: Scalar, b: Scalar, x: Val, y: Val, ty: str, unsigned: bool) -> Val:
         """Integer ``div``/``rem`` as XLA defines them where LLVM's are undefined (and trap on x86):
         ``x / 0 = -1``, ``x % 0 = x``, ``MIN / -1 = MIN``, ``MIN % -1 = 0``."""
-        op = ("u" if unsigned else "s") + ("div" if name == "div" else "rem")
+        op = DIVIDE[unsigned, name]
         if not isinstance(b, Val) and int(b) != 0 and (unsigned or int(b) != -1):
-            return self.w.op(ty, f"llvm.{op} {x}, {y} : {ty}")
+            return self.w.arith(op, x, y)
         width = bits_of(ty)
         zero = self.binary("eq", y, 0, ty, "i1")
         bad = zero
@@ -100,10 +103,10 @@ class ClassicalOps:
             overflow = self.binary("and", self.binary("eq", x, -(1 << (width - 1)), ty, "i1"),
                                    self.binary("eq", y, -1, ty, "i1"), "i1", "i1")
             bad = self.binary("or", zero, overflow, "i1", "i1")
-        safe = self.w.op(ty, f"llvm.select {bad}, {self.w.const(1, ty)}, {y} : i1, {ty}")
-        result = self.w.op(ty, f"llvm.{op} {x}, {safe} : {ty}")
+        safe = self.w.select(bad, self.w.const(1, ty), y)
+        result = self.w.arith(op, x, safe)
         fallback = self.w.const(-1, ty) if name == "div" else x
-        return self.w.op(ty, f"llvm.select {zero}, {fallback}, {result} : i1, {ty}")
+        return self.w.select(zero, fallback, result)
 
     @staticmethod
     def _fold_scalar(name: str, a: Any, b: Any, in_ty: str, unsigned: bool = False) -> Any:
@@ -208,7 +211,7 @@ class ClassicalOps:
         return self.binary("xor", x, ones, ty, ty)
 
     def _float_unary(self, eqn: jcore.JaxprEqn, invals: list[Any], intrinsic: str) -> Any:
-        """A float function of one operand: ``llvm.call_intrinsic "llvm.<intrinsic>.f64"``."""
+        """A float function of one operand: the intrinsic ``llvm.<intrinsic>.f64``."""
         if all(is_const(x) for x in invals):
             return self.fold(eqn, invals)
         if dtype_type(eqn.outvars[0].aval.dtype) != "f64":
@@ -218,7 +221,7 @@ class ClassicalOps:
         def one(e: Scalar) -> Scalar:
             if not isinstance(e, Val):
                 return to_python(np.asarray(self.fold(eqn, [e])))
-            return self.w.intrinsic(f"llvm.{intrinsic}.f64", [self.w.val(e, "f64")], "f64")
+            return self.w.intrinsic(f"{intrinsic}.f64", [self.w.val(e, "f64")], "f64")
 
         return Arr(x.shape, [one(e) for e in x.elems]) if isinstance(x, Arr) else one(x)
 
@@ -291,7 +294,7 @@ class ClassicalOps:
             if not isinstance(e, Val):
                 return abs(e)
             negative = self.binary("lt", e, 0, ty, "i1")
-            return self.w.op(ty, f"llvm.select {negative}, {self.binary('sub', 0, e, ty, ty)}, {e} : i1, {ty}")
+            return self.w.select(negative, self.binary("sub", 0, e, ty, ty), e)
 
         return Arr(x.shape, [one(e) for e in x.elems]) if isinstance(x, Arr) else one(x)
 
@@ -309,11 +312,11 @@ class ClassicalOps:
                 return self.w.convert(self.binary("ne", e, 0, ty, "i1"), ty, signed=False)
             pos = self.binary("gt", e, 0, ty, "i1")
             neg = self.binary("lt", e, 0, ty, "i1")
-            zero_or_neg = self.w.op(ty, f"llvm.select {neg}, {self.w.val(-1, ty)}, {self.w.val(0, ty)} : i1, {ty}")
-            out = self.w.op(ty, f"llvm.select {pos}, {self.w.val(1, ty)}, {zero_or_neg} : i1, {ty}")
+            zero_or_neg = self.w.select(neg, self.w.val(-1, ty), self.w.val(0, ty))
+            out = self.w.select(pos, self.w.val(1, ty), zero_or_neg)
             if ty == "f64":  # sign(NaN) = NaN, sign(-0.0) = -0.0: keep x where it is neither > 0 nor < 0
                 either = self.binary("or", pos, neg, "i1", "i1")
-                out = self.w.op(ty, f"llvm.select {either}, {out}, {e} : i1, {ty}")
+                out = self.w.select(either, out, e)
             return out
 
         return Arr(x.shape, [one(e) for e in x.elems]) if isinstance(x, Arr) else one(x)
@@ -356,7 +359,7 @@ class ClassicalOps:
         for k in range(n):
             hit = self.binary("eq", index, k, index.ty, "i1")
             new, old = self.w.val(combined(elems[k]), ty), self.w.val(elems[k], ty)
-            elems[k] = self.w.op(ty, f"llvm.select {hit}, {new}, {old} : i1, {ty}")
+            elems[k] = self.w.select(hit, new, old)
         return Arr(operand.shape, elems)
 
     def p_scatter_add(self, eqn: jcore.JaxprEqn, invals: list[Any]) -> Any:
@@ -381,7 +384,7 @@ class ClassicalOps:
             if not isinstance(e, Val):
                 return -e
             if ty == "f64":
-                return self.w.op("f64", f"llvm.fneg {self.w.val(e, 'f64')} : f64")
+                return self.w.result(llvm.FNegOp(self.w.val(e, "f64").value), "f64")
             return self.binary("sub", 0, e, ty, ty)
 
         return Arr(x.shape, [one(e) for e in x.elems]) if isinstance(x, Arr) else one(x)
@@ -401,7 +404,7 @@ class ClassicalOps:
                 else:
                     cond = self.binary("eq", w, k, w.ty, "i1")
                 a, b = self.w.val(option, ty), self.w.val(result, ty)
-                result = self.w.op(ty, f"llvm.select {cond}, {a}, {b} : i1, {ty}")
+                result = self.w.select(cond, a, b)
             return result
 
         if n is None:
@@ -471,7 +474,7 @@ class ClassicalOps:
             for k in range(1, n - size + 1):
                 hit = self.binary("ge", index, k, index.ty, "i1", unsigned=unsigned)
                 a, b = self.w.val(x.elems[k + j], ty), self.w.val(result, ty)
-                result = self.w.op(ty, f"llvm.select {hit}, {a}, {b} : i1, {ty}")
+                result = self.w.select(hit, a, b)
             out.append(result)
         return Arr((size,), out)
 
@@ -510,12 +513,12 @@ class ClassicalOps:
             for j in range(1, n):  # clamp(k, 0, n - 1), as XLA does
                 hit = self.binary("ge", k, j, k.ty, "i1", unsigned=unsigned)
                 a, b = self.w.val(x.elems[j], ty), self.w.val(result, ty)
-                result = self.w.op(ty, f"llvm.select {hit}, {a}, {b} : i1, {ty}")
+                result = self.w.select(hit, a, b)
             if fill:
                 inside = self.binary("and", self.binary("ge", k, 0, k.ty, "i1", unsigned=unsigned),
                                      self.binary("lt", k, n, k.ty, "i1", unsigned=unsigned), "i1", "i1")
                 a, b = self.w.val(result, ty), self.w.val(fill_value, ty)
-                result = self.w.op(ty, f"llvm.select {inside}, {a}, {b} : i1, {ty}")
+                result = self.w.select(inside, a, b)
             return result
 
         elems = [one(k) for k in idx]

@@ -19,16 +19,18 @@ import jax
 import jax.numpy as jnp
 from jax.extend.core import Primitive
 
+from backline_core._native import lib
 from backline_core.placement import Placement
-from backline_core.session import resolve_function
+from backline_core.resolution import resolve
 
+from ..dialects import bqec
 from .capture import Interpreter
 from .values import Arr, CaptureError, DecodeSite
 
 #: Bytes of every frame the transport adds in front of a payload (``BL_FRAME_HEADER_BYTES``).
-FRAME_HEADER_BYTES = 32
-#: ``slot_bytes`` when a node's init_args do not set it (backline_core.config).
-DEFAULT_SLOT_BYTES = 256
+FRAME_HEADER_BYTES: int = lib.BL_FRAME_HEADER_BYTES
+#: ``slot_bytes`` when a node's init_args do not set it (``BL_DEFAULT_SLOT_BYTES``).
+DEFAULT_SLOT_BYTES: int = lib.BL_DEFAULT_SLOT_BYTES
 
 
 class DecodeError(CaptureError):
@@ -91,7 +93,7 @@ def max_payload(placement: Placement, key: str) -> int:
 
 def reply_bits(placement: Placement, key: str, decoder_id: int) -> int:
     """The correction width the coprocessor's function declares (``reply_bits``)."""
-    fn = resolve_function(placement.coprocessor(key).coprocessor_fn)
+    fn = resolve(placement).coprocessor(key).function
     if decoder_id not in fn.decoder_ids:
         raise DecodeError(f"decode(decoder_id={decoder_id}): coprocessor {key!r} runs {fn.name!r}, which is bound "
                           f"to decoder_ids {list(fn.decoder_ids)}; pass one of those")
@@ -176,8 +178,8 @@ def lower_decode(placement: Placement | None) -> Any:
             # the reply may be shorter than the buffer; clear what a stale byte would poison
         for byte in range(c_bytes):
             w.store(0, w.element(corr, byte, "i8"), "i8")
-        w.emit(f'bqec.decode {syn}, {corr} {{decoder_id = {params["decoder_id"]} : i32, '
-               f'syndrome_bytes = {n_bytes} : i32, correction_bytes = {c_bytes} : i32, coprocessor = "{key}"}}')
+        w.add(bqec.DecodeOp.explicit(syn.value, corr.value, decoder_id=params["decoder_id"], syndrome_bytes=n_bytes,
+                                     correction_bytes=c_bytes, coprocessor=key))
         interp.decodes.append(DecodeSite(key, params["decoder_id"], n_bytes, c_bytes))
         loaded = [w.load(w.element(corr, b, "i8"), "i8") for b in range(c_bytes)]
         out = []

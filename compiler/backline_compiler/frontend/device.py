@@ -4,6 +4,10 @@ A QNode is written exactly as for the controller's quantum device; ``Backline`` 
 the decodes run (the coprocessors), how rounds travel (the transport) and, with
 ``qec_code="steane"``, the encoding of every logical gate with a correction round.
 
+What it can run is what is installed: a PennyLane device is supported when a
+``backline.devices`` plugin lists it in ``pennylane_devices`` (:func:`quantum_devices`),
+and a QEC code ``X`` exists when a pass named ``encode-X`` is installed (:func:`qec_codes`).
+
 >>> import pennylane as qml
 >>> from backline_compiler import Backline
 >>> from backline_core import Controller
@@ -24,11 +28,25 @@ from pennylane.exceptions import DeviceError
 
 from backline_core import Controller, Coprocessor, Placement, plugins
 from backline_core.errors import PlacementError
+from backline_core.resolution import resolve
 
-#: PennyLane device name -> the ``backline.devices`` plugin that executes its operations.
-QUANTUM_DEVICES = {"null.qubit": "null", "default.clifford": "stim"}
-QEC_CODES = ("steane",)
 POLICIES = ("round-robin", "by-check-type")
+#: A pass named ``encode-X`` encodes programs in the QEC code ``X``.
+ENCODE_PREFIX = "encode-"
+
+
+def quantum_devices() -> dict[str, str]:
+    """PennyLane device name -> the installed ``backline.devices`` plugin that runs its operations."""
+    out: dict[str, str] = {}
+    for plugin in plugins.names("device"):
+        for name in plugins.get("device", plugin).pennylane_devices:
+            out.setdefault(name, plugin)
+    return out
+
+
+def qec_codes() -> tuple[str, ...]:
+    """The QEC codes installed: ``X`` for every pass named ``encode-X``."""
+    return tuple(name[len(ENCODE_PREFIX):] for name in plugins.names("pass") if name.startswith(ENCODE_PREFIX))
 
 
 def _quantum_device(device: Any) -> str:
@@ -36,13 +54,13 @@ def _quantum_device(device: Any) -> str:
         raise PlacementError("Backline: the controller has no quantum device; give "
                              "Controller(device=qml.device('null.qubit', wires=N)) (or 'default.clifford' for stim)")
     name = getattr(device, "name", None)
-    plugin = QUANTUM_DEVICES.get(name)
+    supported = quantum_devices()
+    plugin = supported.get(name)
     if plugin is None:
+        listed = ", ".join(f"{k} (runs on the {v!r} device plugin)" for k, v in sorted(supported.items()))
         raise PlacementError(f"Backline: the controller's device {name!r} has no Backline runtime; supported: "
-                             + ", ".join(f"{k} (runs on the {v!r} device plugin)" for k, v in QUANTUM_DEVICES.items()))
-    if plugin not in plugins.names("device"):
-        raise PlacementError(f"Backline: {name!r} runs on the {plugin!r} device plugin, which is not installed "
-                             f"(installed: {', '.join(plugins.names('device'))}); pip install backline-device-{plugin}")
+                             f"{listed or 'none (no backline.devices plugin lists a PennyLane device)'}; a "
+                             "backline.devices plugin that lists it in pennylane_devices adds one")
     if device.wires is None:
         raise PlacementError(f"Backline: the controller's device {name!r} needs wires=N")
     return plugin
@@ -56,7 +74,8 @@ class Backline(Device):
             and the quantum runtime (``null.qubit`` -> ``null``, ``default.clifford`` -> ``stim``).
         coprocessors: the nodes decodes run on (none: implicit decodes stay local).
         transport: the transport plugin joining them (``"memcpy"`` here, ``"rdma"`` on a cluster).
-        qec_code: ``"steane"`` encodes every logical gate with a correction round; ``None`` runs
+        qec_code: ``"steane"`` encodes every logical gate with a correction round (the pass
+            ``encode-steane``; any installed ``encode-X`` pass makes ``X`` a code); ``None`` runs
             the circuit as written.
         noise: physical error rate of a depolarizing noise model (``inject-noise``), 0 for none.
         apply_correction: with ``qec_code``, apply the decoders' corrections (False: decode but
@@ -72,9 +91,9 @@ class Backline(Device):
                  apply_correction: bool = True, policy: str = "round-robin", seed: int | None = None) -> None:
         if not isinstance(controller, Controller):
             raise PlacementError(f"Backline: controller must be a backline_core.Controller, not {controller!r}")
-        if qec_code is not None and qec_code not in QEC_CODES:
-            raise PlacementError(f"Backline: unknown qec_code {qec_code!r}; choose one of {', '.join(QEC_CODES)} "
-                                 "or None")
+        if qec_code is not None and qec_code not in (codes := qec_codes()):
+            raise PlacementError(f"Backline: unknown qec_code {qec_code!r}; choose one of {', '.join(codes)} "
+                                 f"or None (a QEC code X is a pass named {ENCODE_PREFIX}X)")
         if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0.0 <= noise <= 1.0:
             raise PlacementError(f"Backline: noise={noise!r} must be a probability in [0, 1]")
         if policy not in POLICIES:
@@ -86,6 +105,8 @@ class Backline(Device):
         super().__init__(wires=controller.device.wires)
         self.placement = Placement(controller=controller, coprocessors=list(coprocessors), transport=transport,
                                    qec_code=qec_code)
+        #: the placement resolved against the installed plugins (a bad one fails here)
+        self.resolution = resolve(self.placement)
         self.qec_code = qec_code
         self.noise = float(noise)
         self.apply_correction = bool(apply_correction)
@@ -104,19 +125,15 @@ class Backline(Device):
     # runs -----------------------------------------------------------------------------
     @contextlib.contextmanager
     def deployment(self) -> Iterator[None]:
-        """Start the coprocessors that live in their own process for one run."""
+        """Start the coprocessors that run in another process (resolved ``runs_in="process"``) for one run."""
         from backline_core.deployment import CoprocessorProcess, function_spec
 
         procs = []
         try:
-            for node in self.placement.coprocessors:
-                if node.dispatched:
-                    raise PlacementError(f"coprocessor {node.name!r} is remote; start it on its machine (executors "
-                                         "are not part of this release)")
-                if node.init_args.get("locality") == "process":
-                    procs.append(CoprocessorProcess(self.placement.transport, node.name,
-                                                    [function_spec(node.coprocessor_fn)], node.config_string(),
-                                                    node.hardware))
+            for node in resolve(self.placement).coprocessors:
+                if node.runs_in == "process":
+                    procs.append(CoprocessorProcess(node.transport.name, node.name, [function_spec(node.function)],
+                                                    node.config, node.hardware))
             yield
         finally:
             for p in procs:

@@ -17,6 +17,7 @@ from backline_core.native import last_error
 
 from .. import codegen, pipeline
 from ..dialects import bqec
+from ..dialects.transport import BacklineAttr
 from . import capture, results
 from .decode import lower_decode
 from .runtime_call import lower_runtime_call
@@ -80,20 +81,22 @@ class CompiledQNode:
         self.translation = capture.qnode_to_ir(
             jaxpr, [to_python(c) for c in consts], arg_avals, num_wires=len(device.wires),
             unroll_loops=device.qec_code is not None, extensions=extensions)
-        attrs = ""
+        module = self.translation.module
         if placement.coprocessors:
-            attrs = f" attributes {{backline.placement = {placement.to_attribute()}}}"
-        self.mlir = f"builtin.module{attrs} {{\n{self.translation.text}\n}}\n"
+            module.attributes["backline.placement"] = BacklineAttr.from_placement(placement)
+        #: the frontend's IR, before any pass
+        self.mlir = pipeline.print_module(module)
         t1 = time.perf_counter()
         self.timings["capture_to_ir_s"] = t1 - t0
         if keep_intermediate:
             os.makedirs(keep_intermediate, exist_ok=True)
             with open(os.path.join(keep_intermediate, "frontend.mlir"), "w") as fh:
                 fh.write(self.mlir)
-        module = pipeline.parse(self.mlir)
+        module.verify()
         encode = []
-        if device.qec_code == "steane":
-            encode.append(f"encode-steane{{apply-correction={'true' if device.apply_correction else 'false'}}}")
+        if device.qec_code is not None:  # the pass encode-<qec_code> (see device.qec_codes)
+            correct = "true" if device.apply_correction else "false"
+            encode.append(f"encode-{device.qec_code}{{apply-correction={correct}}}")
         if device.noise:
             encode.append(f"inject-noise{{p={float(device.noise)!r}}}")
         stages = [",".join(encode)] if encode else []

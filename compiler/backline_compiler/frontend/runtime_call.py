@@ -235,7 +235,7 @@ def lower_runtime_call(interp: Interpreter, eqn: Any, invals: list[Any]) -> list
         if p == "str":
             args.append(w.cstring(s))
         elif s is None:
-            args.append(w.op("ptr", "llvm.mlir.zero : !llvm.ptr"))
+            args.append(w.null())
         else:
             value = invals[s[1]]
             if p == "buf":

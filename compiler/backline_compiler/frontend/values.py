@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from xdsl.dialects.builtin import ModuleOp
 
 from .ir_writer import Scalar, Val
 
@@ -71,7 +72,7 @@ class DecodeSite:
 class Translation:
     """The result of :func:`qnode_to_ir`."""
 
-    text: str                                 # module body items (globals, declarations, the function)
+    module: ModuleOp                          # string globals, declarations, the function (lowered in place later)
     width: int                                # recorded i32 values per shot
     measurements: list[MeasurementRecord]
     num_args: int                             # 8-byte argument slots

@@ -6,10 +6,11 @@ module has a placement): whatever ``bqec.decode`` remains is decoded in the call
 
     %ctx = llvm.mlir.zero : !llvm.ptr
     %rc = llvm.call @bl_fn_steane(%ctx, %decoder_id, %syn, %syn_bytes, %corr, %corr_bytes, %out_len)
-    // bl_status_record(rc != 0 ? BL_EFN (-11) : 0)
+    // bl_status_record(rc != 0 ? BL_EFN : 0)
 
-with the coprocessor-function signature of ``backline.h`` (``ctx``, ``decoder_id``, ``in``,
-``in_len``, ``out``, ``out_cap``, ``out_len``): ``ctx`` is NULL, ``decoder_id`` 0 for
+with the coprocessor-function signature of ``backline.h`` (``bl_coprocessor_fn``, read, like
+``BL_EFN``, through cffi: ``ctx``, ``decoder_id``, ``in``, ``in_len``, ``out``, ``out_cap``,
+``out_len``): ``ctx`` is NULL, ``decoder_id`` 0 for
 ``check_type = "x"`` and 1 for ``"z"``, the lengths the Tanner matrix's packed syndrome and
 correction sizes, ``out_len`` an entry-block ``i32`` slot. The option ``function`` names the
 coprocessor function (default ``bl_fn_steane``); it must be context-free (no init).
@@ -33,11 +34,13 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import PassFailedException
 
-from ..dialects import bqec
-from .llvm_lowering import PTR, STATUS_RECORD, LLVMLowering
+from backline_core._native import ffi, lib
 
-#: BL_EFN (backline.h): the coprocessor function returned an error.
-BL_EFN = -11
+from ..dialects import bqec
+from .llvm_lowering import STATUS_RECORD, LLVMLowering, abi_table, c_signature
+
+#: A coprocessor function's signature (``bl_coprocessor_fn``).
+COPROCESSOR_FN = c_signature(ffi.typeof("bl_coprocessor_fn"))
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,7 @@ class ConvertBqecToLLVM(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         runtime: dict[str, tuple[tuple[Attribute, ...], Attribute]] = {
-            self.function: ((PTR, i32, PTR, i32, PTR, i32, PTR), i32),
-            STATUS_RECORD: ((i32,), i32),
-        }
+            self.function: COPROCESSOR_FN, **abi_table(STATUS_RECORD)}
         decodes = [o for o in op.walk() if isinstance(o, bqec.DecodeOp)]
         for i, decode in enumerate(decodes):
             if decode.is_explicit:
@@ -74,7 +75,7 @@ class ConvertBqecToLLVM(ModulePass):
             zero = lo.constant(0, i32, decode)
             failed = llvm.ICmpOp(rc, zero, IntegerAttr(llvm.ICmpPredicateFlag("ne").to_int(), i64))
             Rewriter.insert_op(failed, InsertPoint.before(decode))
-            select = llvm.SelectOp(failed.res, lo.constant(BL_EFN, i32, decode), zero)
+            select = llvm.SelectOp(failed.res, lo.constant(lib.BL_EFN, i32, decode), zero)
             Rewriter.insert_op(select, InsertPoint.before(decode))
             lo.call(STATUS_RECORD, [select.res], decode)
             Rewriter.erase_op(decode)

@@ -29,28 +29,21 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
+from backline_core._native import lib
+
 from ..dialects import bquantum as q
-from .llvm_lowering import PTR, STATUS_RECORD, LLVMLowering
+from .llvm_lowering import STATUS_RECORD, LLVMLowering, abi_table
 
-#: The device.h enum values: gate name -> bl_gate, noise channel -> bl_noise.
-GATE_IDS: dict[str, int] = {
-    "I": 0, "X": 1, "Y": 2, "Z": 3, "H": 4, "S": 5, "SDG": 6, "SX": 7,
-    "CNOT": 8, "CZ": 9, "SWAP": 10, "RX": 11, "RY": 12, "RZ": 13,
-}
-NOISE_IDS: dict[str, int] = {"x_flip": 0, "z_flip": 1, "y_flip": 2, "depolarize1": 3, "depolarize2": 4}
+#: The device.h enum values (``BL_GATE_<NAME>``, ``BL_NOISE_<CHANNEL>``): gate name -> bl_gate,
+#: noise channel -> bl_noise.
+GATE_IDS: dict[str, int] = {name: getattr(lib, f"BL_GATE_{name}") for name in q.GATES}
+NOISE_IDS: dict[str, int] = {name: getattr(lib, f"BL_NOISE_{name.upper()}") for name in q.NOISE_CHANNELS}
 
-#: runtime function -> (argument types, result type)
-RUNTIME: dict[str, tuple[tuple[Attribute, ...], Attribute]] = {
-    "bl_dev_gate1": ((PTR, i32, i32), i32),
-    "bl_dev_gate2": ((PTR, i32, i32, i32), i32),
-    "bl_dev_rotation": ((PTR, i32, i32, f64), i32),
-    "bl_dev_measure": ((PTR, i32), i32),
-    "bl_dev_reset": ((PTR, i32), i32),
-    "bl_dev_noise": ((PTR, i32, PTR, i32, f64), i32),
-    "bl_dev_reset_all": ((PTR,), i32),
-    "bl_dev_apply_mask": ((PTR, i32, i32, PTR, i32), i32),
-    STATUS_RECORD: ((i32,), i32),
-}
+#: runtime function -> (argument types, result type), from device.h and backline.h
+RUNTIME: dict[str, tuple[tuple[Attribute, ...], Attribute]] = abi_table(
+    "bl_dev_gate1", "bl_dev_gate2", "bl_dev_rotation", "bl_dev_measure", "bl_dev_reset", "bl_dev_noise",
+    "bl_dev_reset_all", "bl_dev_apply_mask", STATUS_RECORD,
+)
 
 
 def _insert(op: Operation, before: Operation) -> SSAValue:

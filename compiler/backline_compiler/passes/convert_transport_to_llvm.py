@@ -11,6 +11,10 @@ is passed through ``bl_status_record``, which keeps the thread's first failure, 
 error to its caller and ``bl_last_error()`` holds its text. An absent library, init or fini
 symbol, or empty context, is passed as a null pointer.
 
+``transport.create`` passes its ``runs_in`` as the ``bl_runs_in`` value (absent: the core's
+default for the role, ``BL_RUNS_ANY`` for a controller). Signatures and constants come from
+``backline.h`` through cffi (:func:`~.llvm_lowering.abi_table`, ``backline_core._native.lib``).
+
 ``connect_async`` / ``exchange_keys_async`` become ``bl_connect_async`` /
 ``bl_exchange_keys_async``: the step runs on a runtime worker thread and the
 ``!transport.token`` is the ``i64`` token it returns (negative: the call itself failed);
@@ -26,35 +30,18 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr, i32, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 
+from backline_core.session import ROLES, runs_in_code
+
 from ..dialects import transport as t
-from .llvm_lowering import PTR, LLVMLowering
+from .llvm_lowering import PTR, LLVMLowering, abi_table
 
-ROLE_CODES = {"controller": 0, "coprocessor": 1}
-
-#: runtime function -> (argument types, result type)
-RUNTIME: dict[str, tuple[tuple[Attribute, ...], Attribute]] = {
-    "bl_session_create": ((PTR, i32, PTR, PTR, PTR), i32),
-    "bl_session_get": ((i32, PTR), PTR),
-    "bl_connect": ((PTR,), i32),
-    "bl_alloc_memory": ((PTR,), i32),
-    "bl_exchange_keys": ((PTR,), i32),
-    "bl_establish_channel": ((PTR,), i32),
-    "bl_set_message_sizes": ((PTR, i32, i32), i32),
-    "bl_set_coprocessor_fn_by_name": ((PTR, i32, PTR, PTR, PTR, PTR, PTR, i64), i32),
-    "bl_start": ((PTR,), i32),
-    "bl_stage_payload": ((PTR, PTR, i32, i32), i32),
-    "bl_post": ((PTR,), i32),
-    "bl_collect": ((PTR, PTR, i32, PTR), i32),
-    "bl_reply_slot": ((PTR, PTR, PTR), i32),
-    "bl_last_rtt_ns": ((PTR,), i64),
-    "bl_stop": ((PTR,), i32),
-    "bl_destroy": ((PTR,), i32),
-    "bl_connect_async": ((PTR,), i64),
-    "bl_exchange_keys_async": ((PTR,), i64),
-    "bl_await": ((i64,), i32),
-    "bl_status_record": ((i32,), i32),
-    "bl_status_take": ((), i32),
-}
+#: runtime function -> (argument types, result type), from backline.h
+RUNTIME: dict[str, tuple[tuple[Attribute, ...], Attribute]] = abi_table(
+    "bl_session_create", "bl_session_get", "bl_connect", "bl_alloc_memory", "bl_exchange_keys",
+    "bl_establish_channel", "bl_set_message_sizes", "bl_set_coprocessor_fn_by_name", "bl_start",
+    "bl_stage_payload", "bl_post", "bl_collect", "bl_reply_slot", "bl_last_rtt_ns", "bl_stop", "bl_destroy",
+    "bl_connect_async", "bl_exchange_keys_async", "bl_await", "bl_status_record", "bl_status_take",
+)
 
 #: ops that are one runtime call on the session, whose status is recorded
 SIMPLE_CALLS: dict[type[Operation], tuple[str, ...]] = {
@@ -83,11 +70,13 @@ def _lower(lo: LLVMLowering, op: Operation) -> list[SSAValue]:
     match op:
         case t.CreateOp():
             out = lo.entry_slot(op, PTR)
-            lo.recorded("bl_session_create", [cstring(op.backend_lib.data), i32_(ROLE_CODES[op.session.type.role_name]),
-                                              cstring(op.key.data), cstring(op.config.data), out], op)
+            role = op.session.type.role_name
+            runs_in = runs_in_code(role, op.runs_in.data if op.runs_in is not None else None)
+            lo.recorded("bl_session_create", [cstring(op.backend_lib.data), i32_(ROLES[role]),
+                                              cstring(op.key.data), cstring(op.config.data), i32_(runs_in), out], op)
             return [lo.load(out, PTR, op)]
         case t.GetSessionOp():
-            return [lo.call("bl_session_get", [i32_(ROLE_CODES[op.session.type.role_name]), cstring(op.key.data)], op)]
+            return [lo.call("bl_session_get", [i32_(ROLES[op.session.type.role_name]), cstring(op.key.data)], op)]
         case t.ConnectAsyncOp():
             return [lo.call("bl_connect_async", [op.session], op)]
         case t.ExchangeKeysAsyncOp():

@@ -1,8 +1,9 @@
 """inject-transport-session: the placement's session bring-up and teardown, as IR.
 
 The pass reads the module attribute ``backline.placement`` (a ``#transport.backline<...>``
-on the ``builtin.module``); without it the pass does nothing. For every coprocessor of the
-placement, keyed by the coprocessor's name (the session registry key), it emits
+on the ``builtin.module``); without it the pass does nothing. It resolves the placement
+(:func:`~.placement.module_resolution`), and for every coprocessor, keyed by its name (the
+session registry key), it emits
 
 * into ``llvm.func @backline_setup() -> i32`` the bring-up, and
 * into ``llvm.func @backline_teardown() -> i32`` the teardown,
@@ -16,11 +17,11 @@ recorded no failure (``select(take_status == 0, value, take_status)``).
 
 Bring-up of key ``K``:
 
-* Co-located coprocessor -- the node is not dispatched (no ``remote``, no
-  ``executor_options``) and its ``init_args`` ``locality`` is not ``"process"``: its
+* Co-located coprocessor -- it runs in the controller's process (resolved ``runs_in``
+  ``controller-thread`` or ``thread``, ``ResolvedNode.in_controller_process``): its
   coprocessor session is brought up first, in setup::
 
-      %cop = transport.create {..., key = K, config = <node config>, hardware} : !transport.session<coprocessor>
+      %cop = transport.create {..., key = K, config = <node config>, hardware, runs_in} : !transport.session<coprocessor>
       %t0 = transport.connect_async %cop ; transport.await %t0
       %t1 = transport.exchange_keys_async %cop ; transport.await %t1
       transport.establish_channel %cop
@@ -31,19 +32,19 @@ Bring-up of key ``K``:
   Each ``*_async`` step is awaited before the controller's ``connect``: a controller
   connects to a coprocessor that has exchanged keys (memcpy's controller waits for that),
   so awaiting later could hold the controller's connect until its deadline.
-  ``coprocessor_fn`` is resolved with :func:`backline_core.session.resolve_function`; it
-  must be native (library + symbol). A Python callable is an error: compiled code cannot
-  bind a Python function.
-* Always, the controller side, on the placement's controller node::
+  The function is the resolution's built one; it must be native (library + symbol). A
+  Python callable is an error: compiled code cannot bind a Python function.
+* Always, the controller side, on the placement's controller node, expecting the
+  coprocessor where it runs (``runs_in`` = the coprocessor's)::
 
-      %ctl = transport.create {..., key = K, config = <controller config>, hardware} : !transport.session<controller>
+      %ctl = transport.create {..., key = K, config = <controller config>, hardware, runs_in} : !transport.session<controller>
       transport.connect / exchange_keys / establish_channel %ctl
       transport.set_message_sizes %ctl {in_bytes, out_bytes}
       transport.start %ctl
 
-A coprocessor with ``locality = "process"`` or a dispatched one is brought up outside the
-program (``backline coprocessor serve``, an executor), so only its controller side is
-emitted. ``backend_lib`` is ``placement.transport_record.library(hardware, role)``.
+A coprocessor with ``runs_in = "process"`` is brought up outside the program (``backline
+coprocessor serve``), so only its controller side is emitted. ``backend_lib`` is the
+resolution's backend library for (transport, hardware, role).
 
 Message sizes: the pass options ``in-bytes`` / ``out-bytes`` (default 8 each) apply to every
 key, unless the module attribute ``backline.message_sizes`` overrides a key::
@@ -81,13 +82,12 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import PassFailedException
 
 from backline_core.coprocessor_function import CoprocessorFunction
-from backline_core.placement import Coprocessor, Placement
-from backline_core.session import resolve_function
+from backline_core.placement import Placement
+from backline_core.resolution import Resolution, ResolvedNode
 
 from ..dialects import transport as t
+from .placement import PLACEMENT_ATTR, module_placement, module_resolution  # noqa: F401 (re-exported)
 
-#: Module attribute holding the placement (a #transport.backline<...>).
-PLACEMENT_ATTR = "backline.placement"
 #: Module attribute with per-key message sizes: {key = [in_bytes, out_bytes]}.
 MESSAGE_SIZES_ATTR = "backline.message_sizes"
 SETUP = "backline_setup"
@@ -95,23 +95,6 @@ TEARDOWN = "backline_teardown"
 
 _NAME = "inject-transport-session"
 _ICMP_EQ = 0  # llvm.icmp predicate "eq"
-
-
-def module_placement(module: ModuleOp, pass_name: str) -> Placement | None:
-    """The placement on ``module`` (None without the attribute); the core validates it."""
-    attr = module.attributes.get(PLACEMENT_ATTR)
-    if attr is None:
-        return None
-    if not isinstance(attr, t.BacklineAttr):
-        raise PassFailedException(
-            f"{pass_name}: module attribute {PLACEMENT_ATTR} must be a #transport.backline<...> placement, got {attr}"
-        )
-    return attr.placement()  # VerifyException with the core's message if invalid
-
-
-def co_located(node: Coprocessor) -> bool:
-    """Whether the program itself brings up ``node``'s coprocessor session."""
-    return not node.dispatched and node.init_args.get("locality") != "process"
 
 
 def _names(placement: Placement) -> str:
@@ -142,21 +125,15 @@ def _message_sizes(module: ModuleOp, placement: Placement, in_bytes: int, out_by
     return sizes
 
 
-def _native_function(node: Coprocessor) -> CoprocessorFunction:
-    fn = node.coprocessor_fn
-    try:
-        function = resolve_function(fn)
-    except Exception as exc:  # a decoder factory that needs parameters, a broken plugin, ...
-        raise PassFailedException(
-            f"{_NAME}: coprocessor {node.name!r}: cannot build its coprocessor_fn {fn!r}: {exc}"
-        ) from exc
+def _native_function(node: ResolvedNode) -> CoprocessorFunction:
+    function = node.function
+    assert function is not None  # resolution builds every coprocessor's function
     if function.is_python:
         raise PassFailedException(
             f"{_NAME}: coprocessor {node.name!r} runs the Python callable {function.name!r} as its coprocessor_fn, "
             "and compiled code cannot bind a Python function. Use a native decoder: a decoder plugin name "
             "(e.g. coprocessor_fn = \"steane\" or \"echo\") or a CoprocessorFunction with library= and symbol=; "
-            "or serve this coprocessor outside the program (init_args locality = \"process\" and "
-            "`backline coprocessor serve`)"
+            "or serve this coprocessor outside the program (runs_in = \"process\")"
         )
     return function
 
@@ -248,15 +225,16 @@ def _role_keys(fn: llvm.FuncOp, teardown: bool) -> set[tuple[str, str]]:
 # -- bring-up and teardown ops ---------------------------------------------------------------
 
 
-def _controller_bring_up(placement: Placement, key: str, sizes: tuple[int, int]) -> list[Operation]:
-    node = placement.controller
+def _controller_bring_up(res: Resolution, cop: ResolvedNode, sizes: tuple[int, int]) -> list[Operation]:
+    ctl = res.controller
     create = t.CreateOp(
         t.CONTROLLER,
-        transport=placement.transport,
-        backend_lib=placement.transport_record.library(node.hardware, t.CONTROLLER),
-        key=key,
-        config=node.config_string(),
-        hardware=node.hardware,
+        transport=res.placement.transport,
+        backend_lib=ctl.library,
+        key=cop.name,
+        config=ctl.config,
+        hardware=ctl.hardware,
+        runs_in=cop.runs_in,
     )
     s = create.session
     return [
@@ -269,14 +247,15 @@ def _controller_bring_up(placement: Placement, key: str, sizes: tuple[int, int])
     ]
 
 
-def _coprocessor_bring_up(placement: Placement, node: Coprocessor, function: CoprocessorFunction) -> list[Operation]:
+def _coprocessor_bring_up(res: Resolution, node: ResolvedNode, function: CoprocessorFunction) -> list[Operation]:
     create = t.CreateOp(
         t.COPROCESSOR,
-        transport=placement.transport,
-        backend_lib=placement.transport_record.library(node.hardware, t.COPROCESSOR),
+        transport=res.placement.transport,
+        backend_lib=node.library,
         key=node.name,
-        config=node.config_string(),
+        config=node.config,
         hardware=node.hardware,
+        runs_in=node.runs_in,
     )
     s = create.session
     connect = t.ConnectAsyncOp(s)
@@ -326,9 +305,10 @@ class InjectTransportSession(ModulePass):
     out_bytes: int = 8
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        placement = module_placement(op, self.name)
-        if placement is None:
+        res = module_resolution(op, self.name)
+        if res is None:
             return
+        placement = res.placement
         for field in ("in_bytes", "out_bytes"):
             value = getattr(self, field)
             if value <= 0:
@@ -341,12 +321,12 @@ class InjectTransportSession(ModulePass):
         torn_down = _role_keys(old_teardown, teardown=True) if old_teardown else set()
         setup_ops: list[Operation] = []
         to_tear_down: list[tuple[str, str]] = []  # (role, key), in teardown order
-        for node in placement.coprocessors:
-            key, local = node.name, co_located(node)
+        for node in res.coprocessors:
+            key, local = node.name, node.in_controller_process
             if local and (t.COPROCESSOR, key) not in brought_up:
-                setup_ops += _coprocessor_bring_up(placement, node, _native_function(node))
+                setup_ops += _coprocessor_bring_up(res, node, _native_function(node))
             if (t.CONTROLLER, key) not in brought_up:
-                setup_ops += _controller_bring_up(placement, key, sizes[key])
+                setup_ops += _controller_bring_up(res, node, sizes[key])
             if (t.CONTROLLER, key) not in torn_down:
                 to_tear_down.append((t.CONTROLLER, key))
             if local and (t.COPROCESSOR, key) not in torn_down:

@@ -19,6 +19,10 @@ parameter types, result type) and owns what a lowering adds around the call site
 Op builders insert right before the op being lowered (``before``); :meth:`replace` hands its
 results over and erases it, and :meth:`finish` puts the globals and then the declarations,
 each in first-use order, at the top of the module.
+
+:func:`abi_table` reads the core's C signatures from its headers (through cffi), so no
+lowering restates one: a pointer is ``!llvm.ptr``, an ``[u]intN_t`` ``iN``, an enum ``i32``,
+``double`` ``f64``.
 """
 
 from __future__ import annotations
@@ -27,18 +31,25 @@ from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from xdsl.dialects import func, llvm
+from typing import Any
+
 from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     IntegerAttr,
+    IntegerType,
     ModuleOp,
     StringAttr,
     TensorType,
+    f32,
+    f64,
     i8,
     i64,
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import PassFailedException
+
+from backline_core._native import ffi, lib
 
 PTR = llvm.LLVMPointerType()
 STRING_PREFIX = "__bl_str_"
@@ -47,6 +58,37 @@ STATUS_RECORD = "bl_status_record"
 
 #: runtime function -> (parameter types, result type)
 RuntimeTable = Mapping[str, tuple[Sequence[Attribute], Attribute]]
+
+_FLOATS = {"double": f64, "float": f32}
+
+
+def llvm_type(ctype: Any) -> Attribute:
+    """The LLVM type of a cffi ctype of the core's headers."""
+    if ctype.kind in ("pointer", "array"):
+        return PTR
+    if ctype.kind == "enum":
+        return IntegerType(8 * ffi.sizeof(ctype))
+    if ctype.kind == "void":
+        return llvm.LLVMVoidType()
+    if ctype.kind == "primitive":
+        if ctype.cname in _FLOATS:
+            return _FLOATS[ctype.cname]
+        if ctype.cname == "_Bool":
+            return IntegerType(1)
+        return IntegerType(8 * ffi.sizeof(ctype))
+    raise TypeError(f"no LLVM type for the C type {ctype.cname}")
+
+
+def c_signature(ctype: Any) -> tuple[tuple[Attribute, ...], Attribute]:
+    """(parameter types, result type) of a cffi function ctype."""
+    if ctype.kind != "function" or ctype.ellipsis:
+        raise TypeError(f"{ctype.cname} is not a fixed-arity C function type")
+    return tuple(llvm_type(a) for a in ctype.args), llvm_type(ctype.result)
+
+
+def abi_table(*names: str) -> dict[str, tuple[tuple[Attribute, ...], Attribute]]:
+    """Runtime function name -> its signature in the core's headers (``backline.h``, ``device.h``)."""
+    return {name: c_signature(ffi.typeof(getattr(lib, name))) for name in names}
 
 
 class LLVMLowering:

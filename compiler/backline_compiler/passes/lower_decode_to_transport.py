@@ -42,6 +42,11 @@ Choosing ``K``:
     ``round-robin``). An error too if a decode needs this policy and the placement has fewer
     than two coprocessors.
 
+Checked against the resolved placement (:func:`~.placement.module_resolution`): the chosen
+coprocessor's function must serve the decode's ``decoder_id``, and a reply as wide as the
+function declares (``reply_bits``) must fit in ``correction_bytes``; otherwise the round
+would fail at run time (``BL_EDECODER``, or a reply longer than the buffer).
+
 No-op -- the module is left unchanged and decodes stay local -- when the module has no
 ``backline.placement`` attribute or the placement has no coprocessors, so one program
 compiles with and without Backline. (An explicit decode left local then fails in
@@ -61,10 +66,11 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import PassFailedException
 
 from backline_core.placement import Placement
+from backline_core.resolution import Resolution
 
 from ..dialects import bqec
 from ..dialects import transport as t
-from .inject_transport_session import module_placement
+from .placement import module_resolution
 
 ROUND_ROBIN = "round-robin"
 BY_CHECK_TYPE = "by-check-type"
@@ -107,9 +113,10 @@ class LowerDecodeToTransport(ModulePass):
             raise PassFailedException(
                 f"{self.name}: unknown policy {self.policy!r}; choose one of {', '.join(POLICIES)}"
             )
-        placement = module_placement(op, self.name)
-        if placement is None or not placement.coprocessors:
+        res = module_resolution(op, self.name)
+        if res is None or not res.coprocessors:
             return
+        placement = res.placement
         names = [node.name for node in placement.coprocessors]
         decodes = [o for o in op.walk() if isinstance(o, bqec.DecodeOp)]
 
@@ -127,11 +134,29 @@ class LowerDecodeToTransport(ModulePass):
                 key = names[i % len(names)]
             else:
                 key = self._by_check_type(i, decode, names, placement)
+            self._check_reply(i, decode, key, res)
             keys.append(key)
 
         for decode, key in zip(decodes, keys):
             Rewriter.insert_op(_round(key, decode), InsertPoint.before(decode))
             Rewriter.erase_op(decode)
+
+    def _check_reply(self, i: int, decode: bqec.DecodeOp, key: str, res: Resolution) -> None:
+        """The coprocessor's function serves the decode's id, and its reply fits the correction."""
+        fn = res.coprocessor(key).function
+        assert fn is not None  # resolution builds every coprocessor's function
+        if decode.decoder_id not in fn.decoder_ids:
+            raise PassFailedException(
+                f"{self.name}: bqec.decode #{i} sends decoder_id {decode.decoder_id} to coprocessor {key!r}, whose "
+                f"function {fn.name!r} serves decoder_ids {list(fn.decoder_ids)}; use one of those, or route the "
+                "decode to a coprocessor that serves it"
+            )
+        if fn.reply_bits is not None and (fn.reply_bits + 7) // 8 > decode.correction_bytes:
+            raise PassFailedException(
+                f"{self.name}: bqec.decode #{i} gives the reply of coprocessor {key!r} {decode.correction_bytes} "
+                f"correction bytes, but its function {fn.name!r} replies with {fn.reply_bits} bits "
+                f"({(fn.reply_bits + 7) // 8} bytes)"
+            )
 
     def _by_check_type(self, i: int, decode: bqec.DecodeOp, names: list[str], placement: Placement) -> str:
         """Policy by-check-type: x (decoder_id 0) to the first coprocessor, z (decoder_id 1) to the second."""

@@ -3,14 +3,14 @@
 
 // Every transport op in its custom form; the second RUN line goes through the generic form.
 
-// CHECK: builtin.module attributes {catalyst.backline = #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "dec", hardware = "cpu", init_args = {locality = "thread"}, coprocessor_fn = "steane">]>} {
-module attributes {catalyst.backline = #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "dec", hardware = "cpu", init_args = {locality = "thread"}, coprocessor_fn = "steane">]>} {
+// CHECK: builtin.module attributes {catalyst.backline = #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "dec", hardware = "cpu", runs_in = "thread", coprocessor_fn = "steane">]>} {
+module attributes {catalyst.backline = #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "dec", hardware = "cpu", runs_in = "thread", coprocessor_fn = "steane">]>} {
   // CHECK-LABEL: func.func @setup()
   func.func @setup() {
     // CHECK-NEXT: %[[C:.*]] = transport.create {transport = "memcpy", backend_lib = "/x_controller.so", key = "controller", config = "", hardware = "cpu"} : !transport.session<controller>
     %c = transport.create {transport = "memcpy", backend_lib = "/x_controller.so", key = "controller", config = "", hardware = "cpu"} : !transport.session<controller>
-    // CHECK-NEXT: %[[D:.*]] = transport.create {transport = "memcpy", backend_lib = "/x_coprocessor.so", key = "dec", config = "locality=thread", hardware = "cpu"} : !transport.session<coprocessor>
-    %d = transport.create {transport = "memcpy", backend_lib = "/x_coprocessor.so", key = "dec", config = "locality=thread", hardware = "cpu"} : !transport.session<coprocessor>
+    // CHECK-NEXT: %[[D:.*]] = transport.create {transport = "memcpy", backend_lib = "/x_coprocessor.so", key = "dec", config = "", hardware = "cpu", runs_in = "thread"} : !transport.session<coprocessor>
+    %d = transport.create {transport = "memcpy", backend_lib = "/x_coprocessor.so", key = "dec", config = "", hardware = "cpu", runs_in = "thread"} : !transport.session<coprocessor>
     // CHECK-NEXT: %[[T:.*]] = transport.connect_async %[[D]] : !transport.session<coprocessor> -> !transport.token
     %t = transport.connect_async %d : !transport.session<coprocessor> -> !transport.token
     // CHECK-NEXT: transport.connect %[[C]] : !transport.session<controller>

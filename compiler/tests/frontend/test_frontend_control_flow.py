@@ -472,7 +472,7 @@ def _scatter_program():
 
 def test_static_for_loops_unroll_for_the_steane_encoding():
     """With qec_code="steane" the wires must be constants: a static for_loop is unrolled."""
-    cop = bl.Coprocessor(name="dec", coprocessor_fn="steane", init_args={"locality": "thread"})
+    cop = bl.Coprocessor(name="dec", coprocessor_fn="steane", runs_in="thread")
     dev = bl.Backline(controller=bl.Controller(device=qml.device("default.clifford", wires=2)), coprocessors=[cop],
                       qec_code="steane", seed=1)
 

@@ -25,7 +25,7 @@ DATA, ANCILLAS = list(range(7)), [7, 8, 9]
 
 
 def coprocessor(name: str = "dec", fn: str = "steane", **init_args) -> bl.Coprocessor:
-    return bl.Coprocessor(name=name, coprocessor_fn=fn, init_args={"locality": "thread", **init_args})
+    return bl.Coprocessor(name=name, coprocessor_fn=fn, runs_in="thread", init_args=init_args)
 
 
 def device(coprocessors, wires: int = 10, **controller_args) -> bl.Backline:

@@ -168,7 +168,7 @@ def steane_by_hand(q, flip):
 
 @pytest.fixture(scope="module")
 def by_hand_program():
-    cop = bl.Coprocessor(name="dec", coprocessor_fn="steane", init_args={"locality": "thread"})
+    cop = bl.Coprocessor(name="dec", coprocessor_fn="steane", runs_in="thread")
     return compiled(device(10, [cop]), steane_by_hand)
 
 

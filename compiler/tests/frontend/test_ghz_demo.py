@@ -47,7 +47,7 @@ def test_only_the_placement_changes(corrected: demo.Outcome, placement: str) -> 
         pytest.importorskip("backline_decoder_bpod")
         dev = demo.device("default.clifford", coprocessor_fn=demo.steane_bposd(), noise=P, seed=SEED)
     elif placement == "process":
-        dev = demo.device("default.clifford", locality="process", noise=P, seed=SEED)
+        dev = demo.device("default.clifford", runs_in="process", noise=P, seed=SEED)
     else:  # no placement: the encoded program decodes in the controller
         dev = demo.device("default.clifford", coprocessor_fn=None, noise=P, seed=SEED)
     out = demo.run(dev, SHOTS)

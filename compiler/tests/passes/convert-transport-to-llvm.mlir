@@ -2,7 +2,7 @@
 
 builtin.module {
   llvm.func @bringup() -> i32 {
-    %c = transport.create {transport = "memcpy", backend_lib = "/lib/backend.so", key = "dec", config = "locality=thread", hardware = "cpu"} : !transport.session<coprocessor>
+    %c = transport.create {transport = "memcpy", backend_lib = "/lib/backend.so", key = "dec", config = "", hardware = "cpu", runs_in = "thread"} : !transport.session<coprocessor>
     %t0 = transport.connect_async %c : !transport.session<coprocessor> -> !transport.token
     transport.await %t0
     %t1 = transport.exchange_keys_async %c : !transport.session<coprocessor> -> !transport.token
@@ -38,17 +38,19 @@ builtin.module {
 // Runtime declarations and string globals are created once, at the top.
 // CHECK:      llvm.mlir.global internal constant @[[LIB:__bl_str_[0-9]+]]("/lib/backend.so\00")
 // CHECK:      llvm.mlir.global internal constant @[[KEY:__bl_str_[0-9]+]]("dec\00")
-// CHECK:      llvm.func @bl_session_create(!llvm.ptr, i32, !llvm.ptr, !llvm.ptr, !llvm.ptr) -> i32
+// CHECK:      llvm.func @bl_session_create(!llvm.ptr, i32, !llvm.ptr, !llvm.ptr, i32, !llvm.ptr) -> i32
 // CHECK:      llvm.func @bl_connect_async(!llvm.ptr) -> i64
 // CHECK:      llvm.func @bl_await(i64) -> i32
 // CHECK-NOT:  transport.
 
-// Bring-up: the session pointer comes back through an entry-block slot; async steps return
-// an i64 token that bl_await turns into a status, recorded like every other status.
+// Bring-up: the session pointer comes back through an entry-block slot; runs_in becomes its
+// bl_runs_in value (BL_RUNS_THREAD = 1; absent on a controller: BL_RUNS_ANY = -1); async
+// steps return an i64 token that bl_await turns into a status, recorded like every other status.
 // CHECK-LABEL: llvm.func @bringup() -> i32
 // CHECK:        %[[SLOT:.*]] = llvm.alloca %{{.*}} x !llvm.ptr
 // CHECK:        %[[ROLE:.*]] = llvm.mlir.constant(1 : i32) : i32
-// CHECK:        %[[RC:.*]] = llvm.call @bl_session_create(%{{.*}}, %[[ROLE]], %{{.*}}, %{{.*}}, %[[SLOT]])
+// CHECK:        %[[WHERE:.*]] = llvm.mlir.constant(1 : i32) : i32
+// CHECK-NEXT:   %[[RC:.*]] = llvm.call @bl_session_create(%{{.*}}, %[[ROLE]], %{{.*}}, %{{.*}}, %[[WHERE]], %[[SLOT]])
 // CHECK-NEXT:   llvm.call @bl_status_record(%[[RC]])
 // CHECK-NEXT:   %[[C:.*]] = llvm.load %[[SLOT]] : !llvm.ptr -> !llvm.ptr
 // CHECK-NEXT:   %[[T0:.*]] = llvm.call @bl_connect_async(%[[C]]) : (!llvm.ptr) -> i64
@@ -59,6 +61,9 @@ builtin.module {
 // CHECK:        llvm.call @bl_establish_channel(%[[C]])
 // CHECK:        llvm.call @bl_set_coprocessor_fn_by_name(%[[C]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}})
 // CHECK:        llvm.call @bl_start(%[[C]])
+// CHECK:        %[[CROLE:.*]] = llvm.mlir.constant(0 : i32) : i32
+// CHECK:        %[[ANY:.*]] = llvm.mlir.constant(-1 : i32) : i32
+// CHECK-NEXT:   llvm.call @bl_session_create(%{{.*}}, %[[CROLE]], %{{.*}}, %{{.*}}, %[[ANY]], %{{.*}})
 // The synchronous exchange_keys also provisions the memory.
 // CHECK:        llvm.call @bl_connect(%[[S:.*]]) : (!llvm.ptr) -> i32
 // CHECK:        llvm.call @bl_alloc_memory(%[[S]])

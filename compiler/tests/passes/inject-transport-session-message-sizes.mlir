@@ -7,5 +7,5 @@
 // CHECK:      transport.set_message_sizes %{{.*}} {in_bytes = 2 : i64, out_bytes = 8 : i64}
 // CHECK:      transport.create {{.*}}key = "b"{{.*}} : !transport.session<controller>
 // CHECK:      transport.set_message_sizes %{{.*}} {in_bytes = 16 : i64, out_bytes = 2 : i64}
-module attributes {backline.message_sizes = {b = [16, 2]}, backline.placement = #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "a", hardware = "cpu", init_args = {locality = "process"}, coprocessor_fn = "echo">, #transport.node<name = "b", hardware = "cpu", init_args = {locality = "process"}, coprocessor_fn = "echo">]>} {
+module attributes {backline.message_sizes = {b = [16, 2]}, backline.placement = #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "a", hardware = "cpu", runs_in = "process", coprocessor_fn = "echo">, #transport.node<name = "b", hardware = "cpu", runs_in = "process", coprocessor_fn = "echo">]>} {
 }

@@ -4,7 +4,9 @@
 // (as x decodes), 1 to the second (as z decodes). A decode naming its coprocessor may carry
 // any decoder_id.
 
-module attributes {backline.placement = #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "xdec", hardware = "cpu", coprocessor_fn = "steane">, #transport.node<name = "zdec", hardware = "cpu", coprocessor_fn = "steane">]>} {
+// The coprocessors run a function serving decoder_ids 0-7 (a Python callable: this pass
+// only routes rounds; inject-transport-session would refuse it).
+module attributes {backline.placement = #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "xdec", hardware = "cpu", coprocessor_fn = #transport.fn<name = "ids", decoder_ids = [0, 1, 2, 3, 4, 5, 6, 7], python = "operator:neg">>, #transport.node<name = "zdec", hardware = "cpu", coprocessor_fn = #transport.fn<name = "ids", decoder_ids = [0, 1, 2, 3, 4, 5, 6, 7], python = "operator:neg">>]>} {
   func.func @f(%syn: !llvm.ptr, %corr: !llvm.ptr) {
     // CHECK:      transport.get_session {key = "zdec"}
     // CHECK-NEXT: llvm.mlir.constant(3 : i32)

@@ -5,7 +5,9 @@
 // implicit one: the stage_payload length is syndrome_bytes, its decoder_id the op's, the
 // collect capacity correction_bytes. Round-robin counts explicit and implicit decodes alike.
 
-module attributes {backline.placement = #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "a", hardware = "cpu", coprocessor_fn = "steane">, #transport.node<name = "b", hardware = "cpu", coprocessor_fn = "steane">]>} {
+// The coprocessors run a function serving decoder_ids 0-7 (a Python callable: this pass
+// only routes rounds; inject-transport-session would refuse it).
+module attributes {backline.placement = #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "a", hardware = "cpu", coprocessor_fn = #transport.fn<name = "ids", decoder_ids = [0, 1, 2, 3, 4, 5, 6, 7], python = "operator:neg">>, #transport.node<name = "b", hardware = "cpu", coprocessor_fn = #transport.fn<name = "ids", decoder_ids = [0, 1, 2, 3, 4, 5, 6, 7], python = "operator:neg">>]>} {
   // CHECK-LABEL: llvm.func @kernel(%{{.*}}: !llvm.ptr, %{{.*}}: !llvm.ptr) -> i32 {
   llvm.func @kernel(%syn: !llvm.ptr, %corr: !llvm.ptr) -> i32 {
     // CHECK-NEXT: %[[S:.*]] = transport.get_session {key = "a"} : !transport.session<controller>
