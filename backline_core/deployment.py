@@ -278,8 +278,7 @@ class Deployment:
 
     def _bring_up_coprocessor(self, node: ResolvedNode) -> None:
         if node.runs_in == "process":
-            self.processes[node.name] = CoprocessorProcess(
-                self.placement.transport, node.name, [function_spec(node.function)], node.config, node.hardware)
+            self.processes[node.name] = start_process(node)
         else:
             session = Session(node.library, "coprocessor", node.name, node.config, node.runs_in)
             self.coprocessor_sessions[node.name] = session
@@ -324,6 +323,14 @@ class Deployment:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def start_process(node: ResolvedNode) -> CoprocessorProcess:
+    """A ``backline coprocessor serve`` child for a resolved coprocessor that runs in another process."""
+    if node.runs_in != "process" or node.function is None:
+        raise PlacementError(f"{node.role} {node.name!r} does not run in another process (runs_in={node.runs_in!r})")
+    return CoprocessorProcess(node.transport.name, node.name, [function_spec(node.function)], node.config,
+                              node.hardware)
 
 
 def _bring_up_controller(session: Session, in_bytes: int, out_bytes: int) -> None:

@@ -410,7 +410,7 @@ class PlacementTestPlugin:
                 summary="test shared memory",
                 serves=(("cpu", "controller"), ("cpu", "coprocessor"), ("gpu", "coprocessor")),
                 library=lambda h, r: "/nonexistent.so",
-                init_args={"locality": "thread or process", "cpu": "core to pin to"},
+                init_args={"cpu": "core to pin to"},
             ),
             Transport(
                 name="net",

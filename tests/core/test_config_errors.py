@@ -12,7 +12,7 @@ from backline_core.native import ffi, lib
 
 
 def test_format_is_sorted_and_canonical():
-    assert format_config({"slots": 64, "locality": "thread"}) == "locality=thread;slots=64"
+    assert format_config({"slots": 64, "greeting": "hi"}) == "greeting=hi;slots=64"
     assert format_config({}) == ""
     assert format_config({"b": True, "a": False, "c": 1.5, "d": -1}) == "a=0;b=1;c=1.5;d=-1"
 
@@ -20,7 +20,7 @@ def test_format_is_sorted_and_canonical():
 @pytest.mark.parametrize("args", [
     {},
     {"slots": 8},
-    {"slots": 64, "slot_bytes": 256, "timeout_ms": 5, "idle_spin_us": -1, "locality": "process", "cpu": 3},
+    {"slots": 64, "slot_bytes": 256, "timeout_ms": 5, "idle_spin_us": -1, "greeting": "hello", "cpu": 3},
     {"flag": True, "ratio": 0.25, "name": "a-b_c.d", "path": "/dev/shm/x"},
 ])
 def test_round_trip(args):

@@ -376,7 +376,7 @@ def test_runs_in_defaults_to_none():
 
 
 @pytest.mark.defect("runs_in=[...] / {...} raised TypeError (unhashable) instead of PlacementError")
-@pytest.mark.parametrize("runs_in", ["inline", "", "Thread", "process ", "locality", 1, 0, True, b"thread",
+@pytest.mark.parametrize("runs_in", ["inline", "", "Thread", "process ", "anywhere", 1, 0, True, b"thread",
                                      ["thread"], ("thread",), {"thread"}, {"thread": 1}])
 def test_runs_in_refuses_other_values_clearly(runs_in):
     with pytest.raises(PlacementError) as info:

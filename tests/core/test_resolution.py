@@ -248,7 +248,7 @@ def test_a_backend_built_for_another_abi(stub_backend):
     [
         ({"colour": "red"}, ["unknown configuration key 'colour'", "known keys: slots, slot_bytes, timeout_ms, "
                                                                     "connect_timeout_ms, idle_spin_us"]),
-        ({"locality": "thread"}, ["unknown configuration key 'locality'"]),  # gone with ABI 2: runs_in=
+        ({"place": "thread"}, ["unknown configuration key 'place'"]),  # where a node runs is runs_in=, not a key
         ({"slots": 3}, ["slots=3", "power of two"]),
         ({"slots": 0}, ["slots=0", "power of two"]),
         ({"timeout_ms": -5}, ["timeout_ms=-5", "integer from 1"]),

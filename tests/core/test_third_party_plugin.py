@@ -623,7 +623,7 @@ def test_placement_validates(loopback: Installed) -> None:
                       transport="loopback")
         r = resolve(p)
         rejected = {}
-        for case, kwargs in (("key", dict(init_args={"locality": "thread"})), ("place", dict(runs_in="process")),
+        for case, kwargs in (("key", dict(init_args={"colour": "red"})), ("place", dict(runs_in="process")),
                              ("value", dict(init_args={"greeting": "x" * 65}))):
             try:
                 resolve(Placement(controller=Controller(), transport="loopback",
@@ -640,9 +640,9 @@ def test_placement_validates(loopback: Installed) -> None:
     assert out["runs_in"] == "controller-thread"  # the transport's only (so default) place
     assert out["nodes"] == ["controller", "coprocessor0"]
     assert out["fn"] == "invert_bits"
-    # keys are the backend's own: memcpy's old 'locality' is not one of them, and the backend
+    # keys are the backend's own: an undeclared one is refused with the known ones, and the backend
     # itself refuses a value (through the core's bl_config_check) and a place it does not support
-    assert "locality" in out["rejected"]["key"] and "greeting" in out["rejected"]["key"]
+    assert "colour" in out["rejected"]["key"] and "greeting" in out["rejected"]["key"]
     assert "controller-thread" in out["rejected"]["place"]
     assert "at most 64 characters" in out["rejected"]["value"]
 

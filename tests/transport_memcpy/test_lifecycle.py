@@ -33,6 +33,7 @@ import pytest
 from backline_core import Controller, Coprocessor, Placement
 from backline_core.deployment import CoprocessorProcess, deploy
 from backline_core.errors import DeadlineError, InvalidArgumentError, KeyTakenError, TransportError
+from backline_core.cli import _proc_stat as _stat  # the serve's own reading of /proc/PID/stat
 from backline_core.session import Session
 
 #: how long a child may take to notice its parent is gone and clean up
@@ -59,15 +60,6 @@ def wait_until(predicate: Callable[[], object], timeout: float, step: float = 0.
         if value or time.monotonic() >= deadline:
             return value
         time.sleep(step)
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            text = fh.read()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2:].split()
 
 
 def start_time(pid: int) -> int | None:

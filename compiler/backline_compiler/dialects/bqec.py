@@ -27,7 +27,7 @@ one per op; the verifier rejects a mix or a partial form):
 
         bqec.decode %syndrome, %correction {decoder_id = 0 : i32, syndrome_bytes = 1 : i32, correction_bytes = 2 : i32, coprocessor = "dec"}
 
-    ``decoder_id`` (``i32``, ``0 <= id < 256``, the id carried by
+    ``decoder_id`` (``i32``, ``0 <= id < BL_MAX_DECODERS`` = 256, the id carried by
     ``transport.stage_payload``), ``syndrome_bytes`` and ``correction_bytes`` (positive
     ``i32``). Without a matrix the decode cannot run locally: it must be routed to a
     coprocessor by ``lower-decode-to-transport``.
@@ -68,6 +68,8 @@ from xdsl.irdl import (
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
+
+from backline_core._native import lib
 
 CHECK_TYPES = ("x", "z")
 #: check_type -> decoder_id carried by transport.stage_payload.
@@ -305,8 +307,8 @@ class DecodeOp(IRDLOperation):
                 )
             assert self.decoder_id_attr is not None
             decoder_id = self.decoder_id_attr.value.data
-            if not 0 <= decoder_id < 256:
-                raise VerifyException(f"'bqec.decode' decoder_id must be in [0, 256), got {decoder_id}")
+            if not 0 <= decoder_id < lib.BL_MAX_DECODERS:
+                raise VerifyException(f"'bqec.decode' decoder_id must be in [0, {lib.BL_MAX_DECODERS}), got {decoder_id}")
             for name, attr in (("syndrome_bytes", self.syndrome_bytes_attr),
                                ("correction_bytes", self.correction_bytes_attr)):
                 assert attr is not None

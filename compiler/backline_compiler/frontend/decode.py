@@ -115,8 +115,9 @@ def decode(syndrome: Any, *, coprocessor: str | None = None, decoder_id: int = 0
     coprocessor (needed when it has several). ``correction_bits`` defaults to the width its
     function declares (``CoprocessorFunction.reply_bits``).
     """
-    if not isinstance(decoder_id, int) or isinstance(decoder_id, bool) or not 0 <= decoder_id < 256:
-        raise DecodeError(f"decode(decoder_id={decoder_id!r}): decoder_id must be an int in [0, 256)")
+    if not isinstance(decoder_id, int) or isinstance(decoder_id, bool) or not 0 <= decoder_id < lib.BL_MAX_DECODERS:
+        raise DecodeError(f"decode(decoder_id={decoder_id!r}): decoder_id must be an int in "
+                          f"[0, {lib.BL_MAX_DECODERS})")
     if coprocessor is not None and (not isinstance(coprocessor, str) or not coprocessor):
         raise DecodeError(f"decode(coprocessor={coprocessor!r}): give the coprocessor's name")
     if correction_bits is not None and (not isinstance(correction_bits, int) or isinstance(correction_bits, bool)
@@ -163,7 +164,7 @@ def lower_decode(placement: Placement | None) -> Any:
             raise DecodeError(
                 f"decode(): a {len(elems)}-bit syndrome ({n_bytes} bytes) with a {c_bits}-bit correction "
                 f"({c_bytes} bytes) is wider than the session with {key!r} allows ({limit} bytes per message); "
-                f"raise slot_bytes in the nodes' init_args (a multiple of 64, payload = slot_bytes - "
+                f"raise slot_bytes in the nodes' init_args (a multiple of {lib.BL_SLOT_ALIGN}, payload = slot_bytes - "
                 f"{FRAME_HEADER_BYTES})")
         w = interp.w
         syn = w.alloca("i8", n_bytes)

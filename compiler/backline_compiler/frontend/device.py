@@ -126,14 +126,13 @@ class Backline(Device):
     @contextlib.contextmanager
     def deployment(self) -> Iterator[None]:
         """Start the coprocessors that run in another process (resolved ``runs_in="process"``) for one run."""
-        from backline_core.deployment import CoprocessorProcess, function_spec
+        from backline_core.deployment import start_process
 
         procs = []
         try:
             for node in resolve(self.placement).coprocessors:
                 if node.runs_in == "process":
-                    procs.append(CoprocessorProcess(node.transport.name, node.name, [function_spec(node.function)],
-                                                    node.config, node.hardware))
+                    procs.append(start_process(node))
             yield
         finally:
             for p in procs:
