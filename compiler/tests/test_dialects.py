@@ -449,6 +449,7 @@ PATHOLOGICAL = {
 }
 
 
+@pytest.mark.defect("placement parsers: 500 nested brackets were a RecursionError, a 5,000-digit integer a ValueError")
 @pytest.mark.parametrize("case", sorted(PATHOLOGICAL))
 def test_malformed_backline_attr_is_a_clear_parse_error(case):
     text, message = PATHOLOGICAL[case]

@@ -293,6 +293,7 @@ def test_bad_options(spec: str, message: str) -> None:
         pipeline.run(module(placement(THREAD), [("x", None)]), spec)
 
 
+@pytest.mark.defect("one module's placement was re-validated against the plugins four times per compile")
 def test_one_resolution_per_compile(monkeypatch: pytest.MonkeyPatch) -> None:
     # A placement value not resolved before; every pass that needs plugin facts resolves it,
     # and the core's cache makes that one resolution: one backend lookup per node.
