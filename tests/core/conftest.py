@@ -14,6 +14,7 @@ Exported helpers (``tb_*``) let the tests see the ring memory and switch deliver
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ import pytest
 import backline_core.plugins as plugins
 from backline_core import get_include
 from backline_core.coprocessor_function import CoprocessorFunction
-from backline_core.hookspecs import Decoder, Transport, hookimpl
+from backline_core.hookspecs import RECORD_TYPES, Decoder, Transport, hookimpl
 from backline_core.builtins import echo, steane
 from backline_core.session import Session
 
@@ -439,3 +440,55 @@ def placement_plugins():
     plugins.register(plugin)
     yield plugin
     plugins.unregister(plugin)
+
+
+# ---- sentinel plugins: installed only for a subprocess, to see which kinds a call imports ----
+
+#: kind -> (entry-point group, module a sentinel of that kind lives in)
+SENTINEL_KINDS = {
+    "transport": ("backline.transports", "backline_sentinel_transport"),
+    "decoder": ("backline.decoders", "backline_sentinel_decoder"),
+    "pass": ("backline.passes", "backline_sentinel_pass"),
+    "device": ("backline.devices", "backline_sentinel_device"),
+}
+_SENTINEL_RECORD = {
+    "transport": 'Transport(name="sentinel-transport", summary="s", library=lambda h, r: "/x.so", '
+                 'serves=(("cpu", "controller"),))',
+    "decoder": 'Decoder(name="sentinel-decoder", summary="s", build=lambda: None)',
+    "pass": 'Pass(name="sentinel-pass", summary="s", load=lambda: None)',
+    "device": 'Device(name="sentinel-device", summary="s", load=lambda: "/x.so")',
+}
+
+
+@dataclass
+class Sentinels:
+    """A folder holding one installed-looking plugin distribution per kind; put it on a
+    subprocess's PYTHONPATH and check ``modules`` in its ``sys.modules`` afterwards."""
+
+    path: Path
+
+    @staticmethod
+    def module(kind: str) -> str:
+        return SENTINEL_KINDS[kind][1]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.path), env.get("PYTHONPATH", "")]))
+        return env
+
+
+@pytest.fixture(scope="session")
+def sentinels(tmp_path_factory: pytest.TempPathFactory) -> Sentinels:
+    root = tmp_path_factory.mktemp("sentinels")
+    entry_points = []
+    for kind, (group, module) in SENTINEL_KINDS.items():
+        hook, record = RECORD_TYPES[kind][1], _SENTINEL_RECORD[kind]
+        (root / f"{module}.py").write_text(
+            f"from backline_core.hookspecs import Decoder, Device, Pass, Transport, hookimpl\n\n\n"
+            f"@hookimpl\ndef {hook}():\n    return [{record}]\n")
+        entry_points.append(f"[{group}]\nsentinel-{kind} = {module}\n")
+    dist = root / "backline_sentinels-0.0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: backline-sentinels\nVersion: 0.0.0\n")
+    (dist / "entry_points.txt").write_text("\n".join(entry_points))
+    return Sentinels(root)

@@ -575,16 +575,17 @@ def test_unknown_runs_in_is_refused_by_the_placement_and_the_session(key):
         Session.create("memcpy", "controller", key, runs_in="nowhere")
 
 
-@pytest.mark.parametrize("node,runs_in,fragments", [
-    ("coprocessor", "thread", ["cpu=99", "not a CPU of this machine"]),
-    ("coprocessor", "process", ["cpu=99", "not a CPU of this machine"]),
-    ("coprocessor", "controller-thread", ["cpu=0", "runs in the controller's thread has no thread to pin"]),
-    ("controller", "thread", ["cpu=0", "a controller has none"]),
+#: one past this machine's last CPU: never a CPU of it
+NO_SUCH_CPU = os.sysconf("SC_NPROCESSORS_CONF")
+
+
+@pytest.mark.parametrize("node,runs_in,cpu,fragments", [
+    ("coprocessor", "thread", NO_SUCH_CPU, [f"cpu={NO_SUCH_CPU}", "not a CPU of this machine"]),
+    ("coprocessor", "process", NO_SUCH_CPU, [f"cpu={NO_SUCH_CPU}", "not a CPU of this machine"]),
+    ("coprocessor", "controller-thread", 0, ["cpu=0", "runs in the controller's thread has no thread to pin"]),
+    ("controller", "thread", 0, ["cpu=0", "a controller has none"]),
 ], ids=["thread", "process", "controller-thread", "controller"])
-def test_resolve_refuses_a_cpu_the_backend_refuses(key, node, runs_in, fragments):
-    cpu = 99 if "cpu=99" in fragments else 0
-    if cpu == 99 and (os.cpu_count() or 1) > 99:
-        pytest.skip("this machine has a CPU 99")
+def test_resolve_refuses_a_cpu_the_backend_refuses(key, node, runs_in, cpu, fragments):
     args = {"init_args": {"cpu": cpu}}
     placement = Placement(
         controller=Controller(**(args if node == "controller" else {})), transport="memcpy",
