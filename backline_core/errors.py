@@ -10,6 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 
+def short_repr(obj: Any) -> str:
+    """``repr(obj)`` cut to 80 characters for an error message (a huge int is described, since
+    Python refuses to print one past 4,300 digits)."""
+    if isinstance(obj, int) and obj.bit_length() > 128:
+        return f"<an integer of {obj.bit_length()} bits>"
+    text = repr(obj)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 class BacklineError(Exception):
     """Base class of every error this package raises."""
 

@@ -24,7 +24,7 @@ from typing import Any
 from . import config
 from ._native import lib
 from .coprocessor_function import CoprocessorFunction
-from .errors import PlacementError
+from .errors import PlacementError, short_repr as _short
 from .hookspecs import HARDWARE, RUNS_IN as _RUNS_IN_NAMES
 
 #: The session-key rule of backline.h (BL_KEY_MAX_LEN); node names are session keys.
@@ -312,13 +312,6 @@ class Coprocessor(Node):
 
 def _rebuild(cls: type, kwargs: dict[str, Any]) -> Any:
     return cls(**kwargs)
-
-
-def _short(obj: Any) -> str:
-    if isinstance(obj, int) and obj.bit_length() > 128:
-        return f"<an integer of {obj.bit_length()} bits>"
-    text = repr(obj)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass(frozen=True, kw_only=True)

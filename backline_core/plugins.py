@@ -28,7 +28,7 @@ from typing import Any
 import pluggy
 from stevedore import extension, named
 
-from .errors import PluginError, UnknownPluginError
+from .errors import PluginError, UnknownPluginError, short_repr as _short
 from .hookspecs import ENTRY_POINT_GROUPS, PROJECT, RECORD_TYPES, BacklineSpecs, Transport
 
 _KIND_TO_GROUP = {kind: group for group, kind in ENTRY_POINT_GROUPS.items()}
@@ -56,11 +56,6 @@ def _check_kind(kind: str) -> str:
 def _format_error(err: BaseException) -> str:
     lines = traceback.format_exception_only(type(err), err)
     return lines[-1].strip() if lines else repr(err)
-
-
-def _short(obj: Any) -> str:
-    text = repr(obj)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class PluginRegistry:

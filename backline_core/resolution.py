@@ -83,11 +83,8 @@ class Resolution:
 
     def coprocessor(self, name: str) -> ResolvedNode:
         """The resolved coprocessor called ``name``."""
-        for node in self.coprocessors:
-            if node.name == name:
-                return node
-        names = ", ".join(repr(n.name) for n in self.coprocessors) or "none"
-        raise PlacementError(f"no coprocessor named {name!r} in this placement; coprocessors: {names}")
+        self.placement.coprocessor(name)  # an unknown name is its PlacementError, listing the names
+        return next(node for node in self.coprocessors if node.name == name)
 
 
 _cache: dict[tuple[Placement, int], Resolution] = {}

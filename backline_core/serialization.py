@@ -18,7 +18,8 @@ from typing import Any
 
 from .coprocessor_function import CoprocessorFunction
 from .errors import PlacementError
-from .placement import Controller, Coprocessor, Endpoint, Node, Placement, _short
+from .errors import short_repr as _short
+from .placement import Controller, Coprocessor, Endpoint, Node, Placement
 
 FORMAT = "backline.placement/1"
 #: Nesting deeper than this is refused before Python's recursion limit is reached.

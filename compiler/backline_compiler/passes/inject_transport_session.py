@@ -225,17 +225,15 @@ def _role_keys(fn: llvm.FuncOp, teardown: bool) -> set[tuple[str, str]]:
 # -- bring-up and teardown ops ---------------------------------------------------------------
 
 
+def _create(res: Resolution, side: ResolvedNode, cop: ResolvedNode) -> t.CreateOp:
+    """``transport.create`` of ``side`` (the controller or ``cop`` itself) for the pair keyed by
+    ``cop``: a controller says where it expects its coprocessor, a coprocessor where it runs."""
+    return t.CreateOp(side.role, transport=res.placement.transport, backend_lib=side.library, key=cop.name,
+                      config=side.config, hardware=side.hardware, runs_in=cop.runs_in)
+
+
 def _controller_bring_up(res: Resolution, cop: ResolvedNode, sizes: tuple[int, int]) -> list[Operation]:
-    ctl = res.controller
-    create = t.CreateOp(
-        t.CONTROLLER,
-        transport=res.placement.transport,
-        backend_lib=ctl.library,
-        key=cop.name,
-        config=ctl.config,
-        hardware=ctl.hardware,
-        runs_in=cop.runs_in,
-    )
+    create = _create(res, res.controller, cop)
     s = create.session
     return [
         create,
@@ -248,15 +246,7 @@ def _controller_bring_up(res: Resolution, cop: ResolvedNode, sizes: tuple[int, i
 
 
 def _coprocessor_bring_up(res: Resolution, node: ResolvedNode, function: CoprocessorFunction) -> list[Operation]:
-    create = t.CreateOp(
-        t.COPROCESSOR,
-        transport=res.placement.transport,
-        backend_lib=node.library,
-        key=node.name,
-        config=node.config,
-        hardware=node.hardware,
-        runs_in=node.runs_in,
-    )
+    create = _create(res, node, node)
     s = create.session
     connect = t.ConnectAsyncOp(s)
     keys = t.ExchangeKeysAsyncOp(s)
