@@ -3,6 +3,7 @@
     backline plugins                      list installed plugins and load errors
     backline bench [options]              round-trip benchmark against the bare floor
     backline coprocessor serve --key K    serve a coprocessor over a transport until signalled
+    backline executor serve [options]     run an executor server (needs an executor plugin)
     backline demo ghz [options]           the paper's Listing 3 (needs backline-compiler[frontend])
 
 Every error, the command line's own included, is one line on stderr,
@@ -361,6 +362,28 @@ def _started_after_me(pid: int) -> bool:
 
 # -- demo -------------------------------------------------------------------------------------
 
+def _cmd_executor(args: argparse.Namespace) -> int:
+    """``backline executor [--kind NAME] ARGS``: hand ARGS to an executor plugin's command line."""
+    from . import plugins
+
+    argv = list(args.executor_args)
+    kind = None
+    if argv[:1] == ["--kind"]:
+        if len(argv) < 2:
+            raise BacklineError("executor --kind needs an executor plugin name")
+        kind, argv = argv[1], argv[2:]
+    installed = plugins.names("executor")
+    if kind is None:
+        if not installed:
+            raise BacklineError("no executor plugin is installed: pip install backline-executor-orc "
+                                "(plugins/executor-orc in this repository)")
+        if len(installed) > 1:
+            raise BacklineError(f"several executor plugins are installed ({', '.join(installed)}): "
+                                "choose one with backline executor --kind NAME ...")
+        kind = installed[0]
+    return int(plugins.get("executor", kind).load().cli(argv))
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     import importlib
 
@@ -439,6 +462,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--parent-pid", type=_pid, default=None,
                    help="exit when this process exits (deploy and bench pass their own pid)")
     s.set_defaults(func=_cmd_serve)
+
+    e = sub.add_parser("executor", help="run an executor server (backline executor serve --help)", add_help=False)
+    e.add_argument("executor_args", nargs=argparse.REMAINDER, help="the executor plugin's own command line")
+    e.set_defaults(func=_cmd_executor)
 
     d = sub.add_parser("demo", help="run a demonstration (backline demo ghz --help)", add_help=False)
     d.add_argument("name", help="the demo: ghz")

@@ -2,7 +2,9 @@
 
 A coprocessor that runs in another process is a ``backline coprocessor serve`` child,
 started with ``python -P`` (nothing is imported from the working directory) and tied to
-this process: it exits when its parent dies, however the parent dies.
+this process: it exits when its parent dies, however the parent dies. A coprocessor that runs
+in an executor (``runs_in == "executor"``) is started by its executor plugin, which ships the
+node's compiled code there; closing the deployment stops it and closes the executor session.
 
 >>> from backline_core import Controller, Coprocessor, Placement, plugins
 >>> from backline_core.deployment import deploy
@@ -32,7 +34,8 @@ from typing import Any
 
 from .errors import STATUS, DeadlineError, InvalidArgumentError, PlacementError, TransportError
 from .placement import Placement
-from .resolution import ResolvedNode, resolve
+from . import plugins
+from .resolution import DEFAULT_EXECUTOR, ResolvedNode, resolve
 from .session import Session, resolve_function
 
 
@@ -263,10 +266,12 @@ class Deployment:
         self.resolution = resolve(placement)
         self.coprocessor_sessions: dict[str, Session] = {}
         self.processes: dict[str, CoprocessorProcess] = {}
+        #: coprocessors running in executors: name -> the executor plugin's handle (``stop()``)
+        self.executor_runs: dict[str, Any] = {}
         self.controller_sessions: dict[str, Session] = {}
         try:
             for node in self.resolution.coprocessors:
-                self._bring_up_coprocessor(node)
+                self._bring_up_coprocessor(node, in_bytes, out_bytes)
             ctl = self.resolution.controller
             for node in self.resolution.coprocessors:
                 session = Session(ctl.library, "controller", node.name, ctl.config, node.runs_in)
@@ -276,9 +281,11 @@ class Deployment:
             self.close()
             raise
 
-    def _bring_up_coprocessor(self, node: ResolvedNode) -> None:
+    def _bring_up_coprocessor(self, node: ResolvedNode, in_bytes: int, out_bytes: int) -> None:
         if node.runs_in == "process":
             self.processes[node.name] = start_process(node)
+        elif node.runs_in == "executor":
+            self.executor_runs[node.name] = start_in_executor(node, in_bytes=in_bytes, out_bytes=out_bytes)
         else:
             session = Session(node.library, "coprocessor", node.name, node.config, node.runs_in)
             self.coprocessor_sessions[node.name] = session
@@ -314,9 +321,18 @@ class Deployment:
             for s in group.values():
                 s.destroy()
             group.clear()
+        errors = []
+        for run in self.executor_runs.values():
+            try:
+                run.stop()  # stop launch, await the serve launch, close the executor session
+            except Exception as exc:  # the others still stop; the first failure is reported
+                errors.append(exc)
+        self.executor_runs.clear()
         for proc in self.processes.values():
             proc.terminate()
         self.processes.clear()
+        if errors:
+            raise errors[0]
 
     def __enter__(self) -> Deployment:
         return self
@@ -331,6 +347,18 @@ def start_process(node: ResolvedNode) -> CoprocessorProcess:
         raise PlacementError(f"{node.role} {node.name!r} does not run in another process (runs_in={node.runs_in!r})")
     return CoprocessorProcess(node.transport.name, node.name, [function_spec(node.function)], node.config,
                               node.hardware)
+
+
+def start_in_executor(node: ResolvedNode, *, in_bytes: int, out_bytes: int) -> Any:
+    """Start a resolved executor-run coprocessor through its executor plugin; returns its handle.
+
+    The plugin (``Executor.load()`` -> a module with ``start_coprocessor``) builds the node's
+    code, ships it and brings it up there; ``handle.stop()`` ends it."""
+    if node.runs_in != "executor":
+        raise PlacementError(f"{node.role} {node.name!r} does not run in an executor (runs_in={node.runs_in!r})")
+    kind = str(node.executor_options.get("executor", DEFAULT_EXECUTOR))
+    api = plugins.get("executor", kind).load()
+    return api.start_coprocessor(node, in_bytes=in_bytes, out_bytes=out_bytes)
 
 
 def _bring_up_controller(session: Session, in_bytes: int, out_bytes: int) -> None:

@@ -135,6 +135,12 @@ class NotFoundError(TransportError, LookupError):
     status = "BL_ENOTFOUND"
 
 
+class AuthenticationError(TransportError, PermissionError):
+    """BL_EAUTH: the peer (an executor) refused or failed authentication."""
+
+    status = "BL_EAUTH"
+
+
 def _status_table() -> dict[int, tuple[str, type[TransportError]]]:
     """status code -> (name, class); the codes are the header's (through cffi)."""
     from ._native import lib

@@ -50,7 +50,9 @@ def _frozen(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
 
 #: Where a coprocessor may run relative to its controller (``Coprocessor.runs_in``); the
 #: values of ``bl_runs_in`` in ``backline.h`` (see :data:`backline_core.placement.RUNS_IN`).
-RUNS_IN = ("controller-thread", "thread", "process")
+#: ``"executor"``: a process an executor plugin starts (possibly on another machine) from
+#: the node's compiled code; to the transport backend it is another process.
+RUNS_IN = ("controller-thread", "thread", "process", "executor")
 
 
 @dataclass(frozen=True, kw_only=True)

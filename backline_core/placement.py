@@ -34,6 +34,7 @@ RUNS_IN: Mapping[str, int] = MappingProxyType({
     "controller-thread": lib.BL_RUNS_CONTROLLER_THREAD,
     "thread": lib.BL_RUNS_THREAD,
     "process": lib.BL_RUNS_PROCESS,
+    "executor": lib.BL_RUNS_PROCESS,  # the backend sees another process; resolution checks the rest
 })
 assert tuple(RUNS_IN) == _RUNS_IN_NAMES
 #: Also the syntax of a bare key in the attribute form, so a valid qec_code never needs quoting.
@@ -44,13 +45,16 @@ _LABEL_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 EXECUTOR_OPTIONS: Mapping[str, str] = MappingProxyType(
     {
         "address": "host:port of the machine's executor agent ([v6addr]:port for IPv6)",
-        "host": "host name or IP address of the machine",
+        "host": "host name or IP address of the machine the executor runs on (with address: when address "
+                "is a forward, e.g. over ssh)",
         "port": "port of the machine's executor agent",
         "user": "login user",
         "ssh_port": "ssh port",
         "identity_file": "path of the ssh private key",
         "python": "python interpreter to run on the machine",
-        "token_file": "path of a file holding the executor's access token",
+        "executor": "name of the executor plugin that runs the node (default 'orc')",
+        "secret_file": "path of the file holding the executor's secret (mode 0600)",
+        "triple": "target triple of the executor's machine (default: this machine's)",
     }
 )
 _PORT_OPTIONS = ("port", "ssh_port")
@@ -141,10 +145,10 @@ def _check_executor_options(options: Mapping[str, Any], who: str) -> None:
     if unknown:
         known = "; ".join(f"{k} ({d})" for k, d in EXECUTOR_OPTIONS.items())
         raise PlacementError(f"{who}: unknown executor_options {unknown}; allowed: {known}")
-    if "address" in options and ("host" in options or "port" in options):
+    if "address" in options and "port" in options:
         raise PlacementError(
-            f"{who}: executor_options gives both 'address' and 'host'/'port'; give either address='host:port' "
-            "or host= (and port=), not both"
+            f"{who}: executor_options gives both 'address' and 'port'; give either address='host:port' "
+            "or host= and port=, not both (with address, host names the machine the executor runs on)"
         )
     for key, value in options.items():
         what = f"{who}: executor_options[{key!r}]"
@@ -277,22 +281,50 @@ class Coprocessor(Node):
     Python callable ``fn(decoder_id, payload) -> bytes`` (wrapped into a CoprocessorFunction).
     ``runs_in`` says where it runs relative to the controller: ``"controller-thread"`` (the
     controller's own thread runs it at post time), ``"thread"`` (a thread of the
-    controller's process), ``"process"`` (another local process, which ``deploy`` starts);
-    ``None`` takes the transport's default. The transport must support it (resolution checks).
+    controller's process), ``"process"`` (another local process, which ``deploy`` starts),
+    ``"executor"`` (a process an executor starts from the node's compiled code, on this machine
+    or another: pass ``executor=`` or ``executor_options=``); ``None`` takes the transport's
+    default (``"executor"`` when an executor is given). The transport must support it
+    (resolution checks).
     """
 
     coprocessor_fn: str | CoprocessorFunction | Callable[..., Any]
     runs_in: str | None = None
+    #: An executor handle (e.g. ``backline_executor_orc.Executor.local()``): shorthand for
+    #: ``executor_options=handle.placement_options()``. Only its options are kept.
+    executor: Any = field(default=None, compare=False, hash=False, repr=False)
 
     _ROLE = "coprocessor"
 
     def __post_init__(self) -> None:
+        who = f"coprocessor {self.name!r}" if self.name else "the coprocessor"
+        if self.executor is not None:
+            options = getattr(self.executor, "placement_options", None)
+            if not callable(options):
+                raise PlacementError(
+                    f"{who}: executor={_short(self.executor)} is not an executor handle (it needs "
+                    "placement_options()); pass e.g. Executor.local() from backline_executor_orc, "
+                    "or executor_options={...}"
+                )
+            if self.executor_options:
+                raise PlacementError(f"{who}: give executor= or executor_options=, not both")
+            object.__setattr__(self, "executor_options", dict(options()))
+            object.__setattr__(self, "executor", None)  # a placement is a value: keep the options only
         super().__post_init__()
         if self.runs_in is not None and not (isinstance(self.runs_in, str) and self.runs_in in RUNS_IN):
-            who = f"coprocessor {self.name!r}" if self.name else "the coprocessor"
             raise PlacementError(
                 f"{who}: runs_in={_short(self.runs_in)} is not a place; use one of {', '.join(map(repr, RUNS_IN))} "
                 "(or None for the transport's default)"
+            )
+        if self.dispatched and self.runs_in not in (None, "executor"):
+            raise PlacementError(
+                f"{who}: runs_in={self.runs_in!r} but executor_options put it in an executor; "
+                "leave runs_in unset (or 'executor')"
+            )
+        if self.runs_in == "executor" and not self.dispatched:
+            raise PlacementError(
+                f"{who}: runs_in='executor' needs an executor: pass executor=Executor.local() (backline-executor-orc) "
+                "or executor_options={'address': 'host:port', 'secret_file': ...}"
             )
         fn = self.coprocessor_fn
         if isinstance(fn, str):

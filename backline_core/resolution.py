@@ -21,6 +21,8 @@ parameters are missing, a native function whose library or symbol does not load.
 from __future__ import annotations
 
 import inspect
+import ipaddress
+import socket
 import threading
 from dataclasses import dataclass
 
@@ -29,8 +31,12 @@ from .coprocessor_function import CoprocessorFunction
 from .errors import PlacementError, PluginError, TransportError
 from .hookspecs import Transport
 from .native import check, lib, load_symbol
-from .placement import Coprocessor, Node, Placement
+from .placement import Coprocessor, Endpoint, Node, Placement
 from .session import ROLES, c_string, runs_in_code
+
+
+#: The executor plugin a dispatched coprocessor uses when its executor_options name none.
+DEFAULT_EXECUTOR = "orc"
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,11 @@ class ResolvedNode:
         fn = f", function {self.function.name}" if self.function else ""
         return (f"{self.role} {self.name!r}: {self.transport.name} ({self.transport.distribution}) "
                 f"{self.hardware}/{self.role}{where}, config {self.config!r}{fn}")
+
+    @property
+    def executor_options(self) -> dict[str, str | int]:
+        """Coprocessor in an executor: how to reach it (its node's executor_options); else empty."""
+        return dict(self.node.executor_options) if self.runs_in == "executor" else {}
 
     @property
     def in_controller_process(self) -> bool:
@@ -114,12 +125,11 @@ def resolve(placement: Placement) -> Resolution:
 def _resolve(placement: Placement) -> Resolution:
     name = placement.transport
     ctl = placement.controller
-    for node in placement.nodes:
-        if node.dispatched:
-            raise PlacementError(
-                f"{node.role} {node.name!r} is remote/dispatched (remote=True or executor_options); executors are "
-                "not part of backline-core yet, so start it on its machine and use a transport that reaches it"
-            )
+    if ctl.dispatched:
+        raise PlacementError(
+            f"controller {ctl.name!r} has executor_options/remote=True; only coprocessors run in executors, "
+            "so run the controller's program on its machine and put its coprocessors in executors"
+        )
     ctl_part = _part(name, ctl)
     ctl_library = ctl_part.library(ctl.hardware, "controller")
     coprocessors = []
@@ -130,7 +140,7 @@ def _resolve(placement: Placement) -> Resolution:
                 f"transport {name!r} needs a network endpoint on each coprocessor: pass "
                 f"endpoint=Endpoint(host=..., port=...) (coprocessor {node.name!r} has none)"
             )
-        runs_in = node.runs_in or part.runs_in[0]
+        runs_in = "executor" if node.dispatched else node.runs_in or part.runs_in[0]
         if runs_in not in part.runs_in:
             raise PlacementError(
                 f"coprocessor {node.name!r}: transport {name!r} ({part.distribution}) runs coprocessors in "
@@ -142,11 +152,48 @@ def _resolve(placement: Placement) -> Resolution:
         # The controller's session for this key expects the coprocessor where the placement puts it.
         _check_config(ctl_library, "controller", ctl, node.name, ctl.config_string(), runs_in)
         function = _function(node, runs_in)
+        if runs_in == "executor":
+            _check_executor(node, part, function)
         coprocessors.append(ResolvedNode(node, part, library, config, runs_in, function))
     if not placement.coprocessors:
         _check_config(ctl_library, "controller", ctl, ctl.name, ctl.config_string(), None)
     controller = ResolvedNode(ctl, ctl_part, ctl_library, ctl.config_string())
     return Resolution(placement, controller, tuple(coprocessors))
+
+
+def _check_executor(node: Coprocessor, part: Transport, function: CoprocessorFunction) -> None:
+    """What an executor-run coprocessor needs from this host's side."""
+    opts = node.executor_options
+    who = f"coprocessor {node.name!r}"
+    kind = str(opts.get("executor", DEFAULT_EXECUTOR))
+    try:
+        plugins.get("executor", kind)  # UnknownPluginError lists the installed executors
+    except PluginError as exc:
+        raise PlacementError(f"{who} runs in an executor: {exc}") from None
+    if "address" not in opts and "port" not in opts:
+        raise PlacementError(f"{who}: executor_options say nothing about where to reach the executor: give "
+                             "address='host:port' (or host= and port=), or pass executor=Executor.local()")
+    if "secret_file" not in opts:
+        raise PlacementError(f"{who}: executor_options need secret_file, the file holding the executor's secret "
+                             "(Executor.local() and Executor.ssh() make one)")
+    if function.is_python:
+        raise PlacementError(f"{who}: function {function.name!r} is a Python callable; an executor runs compiled "
+                             "code, so give a native function (a decoder plugin such as 'steane', or a "
+                             "CoprocessorFunction with library= and symbol=)")
+    machine = str(opts["host"]) if "host" in opts else Endpoint.parse(str(opts["address"])).host
+    if not part.needs_endpoint and not on_this_machine(machine):
+        raise PlacementError(f"{who}: transport {part.name!r} ({part.distribution}) joins nodes on one machine, "
+                             f"but its executor runs on {machine!r}; use a transport that crosses machines")
+
+
+def on_this_machine(host: str) -> bool:
+    """Whether ``host`` names this machine (a loopback address or this host's name)."""
+    if host in ("localhost", socket.gethostname(), socket.getfqdn()):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _part(name: str, node: Node) -> Transport:

@@ -70,7 +70,7 @@ NATIVE_CODES = {name: getattr(lib, name) for name in dir(lib) if name.startswith
 
 
 def test_status_table_covers_every_native_code():
-    assert len(NATIVE_CODES) == 14
+    assert len(NATIVE_CODES) == 15
     assert {code: name for name, code in NATIVE_CODES.items()} == {code: name for code, (name, _) in errors.STATUS.items()}
     for code, (name, _) in errors.STATUS.items():
         assert ffi.string(lib.bl_status_name(code)).decode() == name
@@ -81,7 +81,7 @@ EXPECTED_CLASS = {
     -4: errors.PayloadTooLargeError, -5: errors.UnknownDecoderError, -6: errors.PeerError,
     -7: errors.KeyTakenError, -8: errors.TransportError, -9: errors.RingFullError,
     -10: errors.NothingPostedError, -11: errors.FunctionError, -12: errors.TransportError,
-    -13: errors.AbiError, -14: errors.NotFoundError,
+    -13: errors.AbiError, -14: errors.NotFoundError, -15: errors.AuthenticationError,
 }
 
 

@@ -216,7 +216,7 @@ def test_executor_options_alone_make_a_node_dispatched():
 
 def test_executor_options_accept_every_allowed_key():
     options = {"host": "h", "port": 7000, "user": "u", "ssh_port": 22, "identity_file": "/k",
-               "python": "py", "token_file": "/t"}
+               "python": "py", "secret_file": "/t", "executor": "orc", "triple": "x86_64-unknown-linux-gnu"}
     assert dict(Controller(executor_options=options).executor_options) == options
 
 
@@ -225,7 +225,7 @@ def test_executor_options_reject_unknown_keys_listing_allowed():
         Controller(executor_options={"adress": "h:1"})
     message = str(info.value)
     assert "adress" in message
-    for key in ("address", "host", "port", "user", "ssh_port", "identity_file", "python", "token_file"):
+    for key in ("address", "host", "port", "user", "ssh_port", "identity_file", "python", "secret_file", "executor", "triple"):
         assert key in message
 
 
@@ -242,7 +242,6 @@ def test_executor_options_reject_unknown_keys_listing_allowed():
         ({"ssh_port": 70000}, "1 to 65535"),
         ({"user": ""}, "non-empty str"),
         ({"identity_file": 3}, "non-empty str"),
-        ({"address": "h:1", "host": "h"}, "not both"),
         ({"address": "h:1", "port": 1}, "not both"),
     ],
 )
@@ -250,6 +249,12 @@ def test_executor_options_reject_bad_values(options, words):
     with pytest.raises(PlacementError, match="executor_options") as info:
         Controller(executor_options=options)
     assert words in str(info.value)
+
+
+def test_executor_options_address_with_host_names_the_machine():
+    # an ssh forward: the controller dials the local end, the executor runs on host
+    options = Controller(executor_options={"address": "127.0.0.1:4000", "host": "10.0.0.2"}).executor_options
+    assert dict(options) == {"address": "127.0.0.1:4000", "host": "10.0.0.2"}
 
 
 def test_executor_options_accept_ipv6_address():
@@ -360,15 +365,47 @@ def test_coprocessor_validates_common_fields_too():
         Coprocessor(hardware="tpu", coprocessor_fn=echo)
 
 
-@pytest.mark.parametrize("runs_in", [*RUNS_IN, None])
-def test_runs_in_accepts_the_three_places_and_none(runs_in):
+@pytest.mark.parametrize("runs_in", ["controller-thread", "thread", "process", None])
+def test_runs_in_accepts_the_three_local_places_and_none(runs_in):
     assert Coprocessor(coprocessor_fn="lookup", runs_in=runs_in).runs_in == runs_in
 
 
+EXECUTOR = {"address": "127.0.0.1:4000", "secret_file": "/tmp/s"}
+
+
+def test_runs_in_executor_needs_an_executor():
+    with pytest.raises(PlacementError, match="needs an executor"):
+        Coprocessor(coprocessor_fn="lookup", runs_in="executor")
+    assert Coprocessor(coprocessor_fn="lookup", runs_in="executor", executor_options=EXECUTOR).dispatched
+
+
+def test_an_executor_node_cannot_say_it_runs_elsewhere():
+    with pytest.raises(PlacementError, match="executor_options put it in an executor"):
+        Coprocessor(coprocessor_fn="lookup", runs_in="thread", executor_options=EXECUTOR)
+
+
+class _Handle:
+    def placement_options(self):
+        return dict(EXECUTOR, executor="orc")
+
+
+def test_executor_handle_becomes_options_and_is_not_kept():
+    node = Coprocessor(coprocessor_fn="lookup", executor=_Handle())
+    assert dict(node.executor_options) == dict(EXECUTOR, executor="orc") and node.executor is None
+    assert node == Coprocessor(coprocessor_fn="lookup", executor_options=dict(EXECUTOR, executor="orc"))
+
+
+def test_executor_must_be_a_handle_and_not_given_twice():
+    with pytest.raises(PlacementError, match="not an executor handle"):
+        Coprocessor(coprocessor_fn="lookup", executor="127.0.0.1:4000")
+    with pytest.raises(PlacementError, match="not both"):
+        Coprocessor(coprocessor_fn="lookup", executor=_Handle(), executor_options=EXECUTOR)
+
+
 def test_runs_in_places_are_the_abi_values():
-    assert set(RUNS_IN) == {"controller-thread", "thread", "process"}
+    assert set(RUNS_IN) == {"controller-thread", "thread", "process", "executor"}
     assert dict(RUNS_IN) == {"controller-thread": lib.BL_RUNS_CONTROLLER_THREAD, "thread": lib.BL_RUNS_THREAD,
-                             "process": lib.BL_RUNS_PROCESS}
+                             "process": lib.BL_RUNS_PROCESS, "executor": lib.BL_RUNS_PROCESS}
 
 
 def test_runs_in_defaults_to_none():
@@ -398,7 +435,7 @@ def test_runs_in_is_part_of_equality_and_hash():
     assert hash(a) == hash(Coprocessor(coprocessor_fn="lookup", runs_in="thread"))
     assert a != Coprocessor(coprocessor_fn="lookup", runs_in="process")
     assert a != Coprocessor(coprocessor_fn="lookup")
-    assert len({Coprocessor(coprocessor_fn="lookup", runs_in=r) for r in (*RUNS_IN, None)}) == 4
+    assert len({Coprocessor(coprocessor_fn="lookup", runs_in=r) for r in ("controller-thread", "thread", "process", None)}) == 4
 
 
 # -- shape only: no plugin is consulted ---------------------------------------------------

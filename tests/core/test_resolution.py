@@ -22,7 +22,7 @@ from backline_core.builtins import echo as builtin_echo
 from backline_core.builtins import steane as builtin_steane
 from backline_core.coprocessor_function import CoprocessorFunction
 from backline_core.errors import PlacementError, PluginError, UnknownPluginError
-from backline_core.hookspecs import Decoder, Transport, hookimpl
+from backline_core.hookspecs import Decoder, Executor, Transport, hookimpl
 from backline_core.native import get_library
 from backline_core.placement import Controller, Coprocessor, Endpoint, Placement
 from backline_core.resolution import Resolution, ResolvedNode, resolve
@@ -50,6 +50,9 @@ class ResolutionPlugins:
             Transport(name="loop", summary="test backend", library=lambda h, r: lib, distribution="dist-a",
                       serves=(("cpu", "controller"), ("cpu", "coprocessor"), ("gpu", "coprocessor")),
                       runs_in=("thread", "controller-thread", "process")),
+            Transport(name="loopx", summary="test backend with executors", library=lambda h, r: lib,
+                      serves=(("cpu", "controller"), ("cpu", "coprocessor")), runs_in=("thread", "executor"),
+                      distribution="dist-a"),
             Transport(name="inline", summary="test backend, one place", library=lambda h, r: lib,
                       serves=(("cpu", "controller"), ("cpu", "coprocessor")), runs_in=("controller-thread",),
                       distribution="dist-a"),
@@ -210,11 +213,63 @@ def test_endpoint_is_optional_when_not_needed():
     assert resolve(place(dec(endpoint=Endpoint(host="h", port=1)))).coprocessor("dec").runs_in == "thread"
 
 
+class ExecutorPlugin:
+    """An executor record, as an executor plugin registers one (resolution only looks it up)."""
+
+    @hookimpl
+    def backline_executors(self):
+        return [Executor(name="test-exec", summary="test executor", load=lambda: None)]
+
+
+@pytest.fixture
+def executor_plugin(backend_plugins):
+    plugin = ExecutorPlugin()
+    plugins.register(plugin)
+    try:
+        yield plugin
+    finally:
+        plugins.unregister(plugin)
+
+
+EXEC = {"executor": "test-exec", "address": "127.0.0.1:4000", "secret_file": "/tmp/secret"}
+
+
+def in_executor(transport: str = "loop", fn="steane", **options) -> Placement:
+    node = Coprocessor(name="dec", coprocessor_fn=fn, executor_options={**EXEC, **options})
+    return place(node, transport=transport)
+
+
+@pytest.mark.usefixtures("executor_plugin")
+def test_an_executor_coprocessor_resolves_to_runs_in_executor():
+    placement = place(Coprocessor(name="dec", coprocessor_fn="steane", executor_options=EXEC),
+                      transport="loopx")
+    r = resolve(placement)
+    node = r.coprocessor("dec")
+    assert node.runs_in == "executor" and not node.in_controller_process
+    assert node.executor_options == EXEC and "runs in executor" in str(node)
+
+
+@pytest.mark.usefixtures("executor_plugin")
+def test_executor_coprocessors_are_checked():
+    refused(in_executor(transport="loop"), "'dec'", "not 'executor'")  # 'loop' lists no executor place
+    refused(in_executor(transport="loopx", executor="nope"), "runs in an executor", "nope", "test-exec")
+    refused(in_executor(transport="loopx", fn=echo), "Python callable", "native function")
+    no_secret = {k: v for k, v in EXEC.items() if k != "secret_file"}
+    refused(place(Coprocessor(name="dec", coprocessor_fn="steane", executor_options=no_secret), transport="loopx"),
+            "secret_file")
+    refused(place(Coprocessor(name="dec", coprocessor_fn="steane",
+                              executor_options={k: v for k, v in EXEC.items() if k != "address"}),
+                  transport="loopx"), "where to reach the executor")
+    # a same-machine transport cannot reach an executor on another machine, even through a forward
+    refused(in_executor(transport="loopx", host="10.1.2.3"), "joins nodes on one machine", "10.1.2.3")
+    refused(in_executor(transport="loopx", address="192.0.2.7:4000"), "joins nodes on one machine")
+    assert resolve(in_executor(transport="loopx", host="localhost")).coprocessor("dec").runs_in == "executor"
+
+
 @pytest.mark.usefixtures("backend_plugins")
-def test_dispatched_nodes_are_refused_for_now():
+def test_a_dispatched_controller_is_refused():
     refused(place(dec(), controller=Controller(remote=True, executor_options={"host": "h"})),
-            "controller 'controller'", "remote/dispatched")
-    refused(place(dec(executor_options={"python": "/usr/bin/python3"})), "coprocessor 'dec'", "remote/dispatched")
+            "controller 'controller'", "only coprocessors run in executors")
 
 
 @pytest.mark.usefixtures("backend_plugins")

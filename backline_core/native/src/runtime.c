@@ -156,6 +156,7 @@ BL_API const char *bl_status_name(int32_t status) {
     case BL_ENOMEM: return "BL_ENOMEM";
     case BL_EABI: return "BL_EABI";
     case BL_ENOTFOUND: return "BL_ENOTFOUND";
+    case BL_EAUTH: return "BL_EAUTH";
     default: return "BL_E?";
     }
 }
@@ -1107,6 +1108,22 @@ BL_API int32_t bl_serve(bl_session *s) {
 }
 
 /* ---- teardown ---------------------------------------------------------------------------------- */
+
+/* Park the calling thread while another thread (the backend's poller) serves: an executor's
+ * serve launch waits here until its stop launch calls bl_stop. Polls every 10 ms under the
+ * registry lock, so a session destroyed meanwhile is noticed rather than read after free. */
+BL_API int32_t bl_park(bl_session *s) {
+    int32_t rc = check_session(s, "park");
+    if (rc) return rc;
+    for (;;) {
+        pthread_mutex_lock(&registry_lock);
+        int live = registry_contains(s) && __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != ST_STOPPED;
+        pthread_mutex_unlock(&registry_lock);
+        if (!live) return BL_OK;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
 
 BL_API int32_t bl_stop(bl_session *s) {
     pthread_mutex_lock(&registry_lock);

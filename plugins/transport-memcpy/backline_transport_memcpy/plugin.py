@@ -16,9 +16,9 @@ def backline_transports() -> list[Transport]:
     return [
         Transport(
             name="memcpy",
-            summary="shared memory on one machine: in the controller's thread, on a poller thread, or in another process",
+            summary="shared memory on one machine: in the controller's thread, on a poller thread, in another process or in a local executor",
             serves=(("cpu", "controller"), ("cpu", "coprocessor")),
-            runs_in=("thread", "controller-thread", "process"),
+            runs_in=("thread", "controller-thread", "process", "executor"),
             library=_library,
             init_args={"cpu": "coprocessor running in a thread or a process: pin its poller thread to this CPU"},
         )

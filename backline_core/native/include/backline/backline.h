@@ -48,7 +48,8 @@ typedef enum bl_status {
     BL_EFN = -11,       /* the coprocessor function returned an error */
     BL_ENOMEM = -12,    /* allocation failed (only during set-up) */
     BL_EABI = -13,      /* backend built for another ABI version */
-    BL_ENOTFOUND = -14  /* no session under this (role, key) */
+    BL_ENOTFOUND = -14, /* no session under this (role, key); no such object or symbol */
+    BL_EAUTH = -15      /* the peer failed authentication (an executor's secret) */
 } bl_status;
 
 typedef enum bl_role { BL_CONTROLLER = 0, BL_COPROCESSOR = 1 } bl_role;
@@ -190,6 +191,10 @@ BL_API int32_t bl_serve_pending(bl_session *s);
 /* Teardown: idempotent. bl_destroy also unregisters the key and frees the session; a
  * second bl_destroy of the same pointer is a no-op (it is looked up in the registry), as
  * long as no new session has been created at that address in between. */
+/* Block the calling thread until bl_stop(s) (from another thread) or bl_destroy; BL_OK.
+ * For a coprocessor whose backend serves on its own poller thread: the thread that brought
+ * it up (an executor's serve launch) waits here, then destroys it. */
+BL_API int32_t bl_park(bl_session *s);
 BL_API int32_t bl_stop(bl_session *s);
 BL_API int32_t bl_destroy(bl_session *s);
 
