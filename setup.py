@@ -24,7 +24,8 @@ build = load("build")
 runtime = build.plain_library(
     "backline_core.lib.libbackline",
     sources=["backline_core/native/src/runtime.c", "backline_core/native/src/functions.c",
-             "backline_core/native/src/bench.c", "backline_core/native/src/device.c"],
+             "backline_core/native/src/bench.c", "backline_core/native/src/device.c",
+             "backline_core/native/src/executor_client.c"],
     include_dirs=["backline_core/native/include"],
     libraries=["dl", "pthread"],
 )

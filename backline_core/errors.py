@@ -143,11 +143,12 @@ class AuthenticationError(TransportError, PermissionError):
 
 def _status_table() -> dict[int, tuple[str, type[TransportError]]]:
     """status code -> (name, class); the codes are the header's (through cffi)."""
-    from ._native import lib
+    from ._native import ffi
 
     classes = {cls.status: cls for cls in TransportError.__subclasses__()}
-    names = [n for n in dir(lib) if n.startswith("BL_E") and isinstance(getattr(lib, n), int)]
-    return {getattr(lib, n): (n, classes.get(n, TransportError)) for n in names}
+    # the members of backline.h's bl_status enum (other BL_E* names, e.g. BL_EXECUTOR_*, are not statuses)
+    return {code: (name, classes.get(name, TransportError))
+            for code, name in ffi.typeof("bl_status").elements.items() if code < 0}
 
 
 #: status code -> (name, exception class), read from backline.h.

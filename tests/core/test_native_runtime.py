@@ -54,10 +54,10 @@ HX = np.array(
 # [-1, 6, 4, 5, 0, 3, 1, 2]" (the qubit to flip, -1 for none).
 README_TABLE = [-1, 6, 4, 5, 0, 3, 1, 2]
 
-# Every function the two headers declare with BL_API.
+# Every function the headers declare with BL_API.
 HEADER_DIR = Path(get_include()) / "backline"
 API_FUNCTIONS = sorted(
-    {m for h in ("backline.h", "bench.h", "device.h")
+    {m for h in ("backline.h", "bench.h", "device.h", "executor.h")
      for m in re.findall(r"^BL_API\s+[^;(]*?\**\s*(\w+)\s*\(", (HEADER_DIR / h).read_text(), re.M)}
 )
 
