@@ -2,7 +2,7 @@
 # Create .venv and install Backline: the core, then the plugins, which are built against
 # the installed core's header (hence --no-build-isolation).
 #   ./install.sh          everything needed to run (core, memcpy transport, BP+OSD decoder, compiler with
-#                         its PennyLane frontend, stim device)
+#                         its PennyLane frontend, stim device, ORC executor)
 #   ./install.sh --dev    plus what the test suite needs (pytest, ldpc, stim/sinter, CPU torch + triton)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -18,7 +18,7 @@ if [ "$dev" = 1 ]; then
   .venv/bin/pip install -e '.[plot,test]'
   .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e 'plugins/decoder-bpod[test,sinter]'
   .venv/bin/pip install -e 'compiler[frontend,test]'
-  .venv/bin/pip install -e plugins/device-stim
+  .venv/bin/pip install -e plugins/device-stim -e 'plugins/executor-orc[test]'
   # The CPU build of torch (pinned: newer releases pull a multi-GB CUDA build); Triton
   # kernels are tested under TRITON_INTERPRET=1 on CPU tensors.
   .venv/bin/pip install torch==2.13.0 triton
@@ -26,5 +26,5 @@ else
   .venv/bin/pip install -e '.[plot]'
   .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e plugins/decoder-bpod
   .venv/bin/pip install -e 'compiler[frontend]'
-  .venv/bin/pip install -e plugins/device-stim
+  .venv/bin/pip install -e plugins/device-stim -e plugins/executor-orc
 fi

@@ -9,6 +9,7 @@ gives their ratio: absolute numbers on a shared VM move between runs; ratios do 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
@@ -547,21 +548,32 @@ def run(cfg: BenchConfig, report: Callable[[str], None] = lambda s: None) -> Ben
     # Only keys the transport declares: pinning is a transport's own setting, not the core's.
     if cfg.coprocessor_cpu is not None and "cpu" in part.init_args and runs_in != "controller-thread":
         init_args["cpu"] = cfg.coprocessor_cpu
-    placement = Placement(
-        controller=Controller(name="bench-controller"),
-        coprocessors=[Coprocessor(name=f"bench-{os.getpid()}", coprocessor_fn=function, runs_in=runs_in,
-                                  init_args=init_args)],
-        transport=cfg.transport,
-    )
-    cfg.runs_in = resolve(placement).coprocessor(placement.coprocessors[0].name).runs_in
-    old_affinity = os.sched_getaffinity(0)
-    if cfg.controller_cpu is not None:
-        os.sched_setaffinity(0, {cfg.controller_cpu})  # this thread only: it issues every round
-    try:
-        with deploy(placement, in_bytes=cfg.payload_bytes, out_bytes=out_bytes) as d:
-            return _measure(cfg, d.session(), report, table)
-    finally:
-        os.sched_setaffinity(0, old_affinity)
+    with contextlib.ExitStack() as stack:
+        executor = stack.enter_context(_local_executor()) if runs_in == "executor" else None
+        placement = Placement(
+            controller=Controller(name="bench-controller"),
+            coprocessors=[Coprocessor(name=f"bench-{os.getpid()}", coprocessor_fn=function,
+                                      runs_in=runs_in, executor=executor, init_args=init_args)],
+            transport=cfg.transport,
+        )
+        cfg.runs_in = resolve(placement).coprocessor(placement.coprocessors[0].name).runs_in
+        old_affinity = os.sched_getaffinity(0)
+        if cfg.controller_cpu is not None:
+            os.sched_setaffinity(0, {cfg.controller_cpu})  # this thread only: it issues every round
+        try:
+            with deploy(placement, in_bytes=cfg.payload_bytes, out_bytes=out_bytes) as d:
+                return _measure(cfg, d.session(), report, table)
+        finally:
+            os.sched_setaffinity(0, old_affinity)
+    raise AssertionError("unreachable")  # the with block returns or raises
+
+
+def _local_executor() -> Any:
+    """An executor on this machine from the installed executor plugin (``--runs-in executor``)."""
+    names = plugins.names("executor")
+    if not names:
+        raise BacklineError("--runs-in executor needs an executor plugin: pip install backline-executor-orc")
+    return plugins.get("executor", names[0]).load().local_executor()
 
 
 def _measure(cfg: BenchConfig, session: Any, report: Callable[[str], None],

@@ -414,8 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="round-trip benchmark; prints framework/floor ratios",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     b.add_argument("--transport", default="memcpy")
-    b.add_argument("--runs-in", default=None, choices=("controller-thread", "thread", "process"),
-                   help="where the coprocessor runs (default: the transport's first choice)")
+    b.add_argument("--runs-in", default=None, choices=("controller-thread", "thread", "process", "executor"),
+                   help="where the coprocessor runs (default: the transport's first choice); executor: in a "
+                        "local executor (needs backline-executor-orc)")
     b.add_argument("--coprocessor-fn", default="echo", help="decoder plugin name; every reply is checked")
     b.add_argument("--rounds", type=_whole_number, default=1_000_000,
                    help="at least 2; at most what fits in half the available memory (8 B a round per path)")

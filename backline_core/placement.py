@@ -55,6 +55,8 @@ EXECUTOR_OPTIONS: Mapping[str, str] = MappingProxyType(
         "executor": "name of the executor plugin that runs the node (default 'orc')",
         "secret_file": "path of the file holding the executor's secret (mode 0600)",
         "triple": "target triple of the executor's machine (default: this machine's)",
+        "site_packages": "where the node's packages are installed on the executor's machine, when they are "
+                         "not this machine's (Executor.ssh sets it); library paths are re-rooted there",
     }
 )
 _PORT_OPTIONS = ("port", "ssh_port")

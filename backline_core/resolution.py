@@ -20,8 +20,11 @@ parameters are missing, a native function whose library or symbol does not load.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import inspect
 import ipaddress
+import os
 import socket
 import threading
 from dataclasses import dataclass
@@ -154,6 +157,7 @@ def _resolve(placement: Placement) -> Resolution:
         function = _function(node, runs_in)
         if runs_in == "executor":
             _check_executor(node, part, function)
+            library, function = _on_executor_machine(node, library, function)
         coprocessors.append(ResolvedNode(node, part, library, config, runs_in, function))
     if not placement.coprocessors:
         _check_config(ctl_library, "controller", ctl, ctl.name, ctl.config_string(), None)
@@ -184,6 +188,41 @@ def _check_executor(node: Coprocessor, part: Transport, function: CoprocessorFun
     if not part.needs_endpoint and not on_this_machine(machine):
         raise PlacementError(f"{who}: transport {part.name!r} ({part.distribution}) joins nodes on one machine, "
                              f"but its executor runs on {machine!r}; use a transport that crosses machines")
+
+
+def _on_executor_machine(node: Coprocessor, library: str,
+                         function: CoprocessorFunction) -> tuple[str, CoprocessorFunction]:
+    """The node's library paths as its executor's machine sees them.
+
+    An executor whose packages were deployed elsewhere (``Executor.ssh`` sets
+    ``site_packages``) has the same package files under another directory: each path is
+    re-rooted there, package-relative. Without ``site_packages`` the paths stay (same machine)."""
+    site = node.executor_options.get("site_packages")
+    if not site:
+        return library, function
+    library = executor_path(library, str(site), node.name)
+    if function.library:
+        function = dataclasses.replace(function, library=executor_path(function.library, str(site), node.name))
+    return library, function
+
+
+def executor_path(path: str, site_packages: str, who: str = "") -> str:
+    """``path`` (a file inside an importable package here) under ``site_packages`` instead."""
+    directory = os.path.dirname(os.path.realpath(path))
+    while directory != os.path.dirname(directory):
+        name = os.path.basename(directory)
+        try:
+            spec = importlib.util.find_spec(name) if name.isidentifier() else None
+        except (ImportError, ValueError):
+            spec = None
+        locations = [os.path.realpath(p) for p in (spec.submodule_search_locations or [])] if spec else []
+        if directory in locations:
+            return os.path.join(site_packages, os.path.relpath(os.path.realpath(path), os.path.dirname(directory)))
+        directory = os.path.dirname(directory)
+    raise PlacementError(
+        f"coprocessor {who!r}: {path} is not inside an installed Python package, so its executor's machine "
+        f"cannot find it under {site_packages}; install it there (Executor.ssh(packages=...))"
+    )
 
 
 def on_this_machine(host: str) -> bool:

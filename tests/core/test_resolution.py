@@ -605,3 +605,19 @@ def test_building_and_resolving_import_no_other_plugin_kind(stub_backend, sentin
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "imported:", f"resolving imported {proc.stdout.strip()}"
+
+@pytest.mark.usefixtures("executor_plugin")
+def test_library_paths_are_re_rooted_in_the_executors_site_packages():
+    # the test backend is a loose file, not inside a package: the executor's machine cannot have it
+    refused(in_executor(transport="loopx", site_packages="/remote/venv/site"), "'dec'",
+            "libtestbackend.so is not inside an installed Python package", "/remote/venv/site")
+    # without site_packages the executor is on this machine and sees the same paths
+    assert resolve(in_executor(transport="loopx")).coprocessor("dec").function.library == get_library()
+
+
+def test_executor_path_needs_a_package():
+    from backline_core.resolution import executor_path
+
+    assert executor_path(get_library(), "/r") == "/r/backline_core/lib/libbackline.so"
+    with pytest.raises(PlacementError, match="not inside an installed Python package"):
+        executor_path("/usr/lib/x86_64-linux-gnu/libc.so.6", "/r", "dec")

@@ -1,0 +1,137 @@
+"""``backline executor bench``: what an executor costs, measured against a baseline in the same run.
+
+Prints, for a local executor (and one reached over SSH with ``--ssh``):
+
+* time from ``Executor.local()`` (or ``.ssh()``) to its ready line;
+* open (connect + mutual authentication) + send_binary (ELF checks + ORC JIT link) of an object;
+* a synchronous ``launch`` round trip of ``i64 add1(i64)`` (8 bytes in, 8 out) against a direct
+  call of the same machine code JIT-linked in this process, both through cffi: median, P99 and
+  the ratio.
+
+No threshold is asserted: the report is the product (the machines here are shared and noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from backline_core.native import check, ffi, lib
+
+from .api import open_session
+from .handle import Executor
+
+_IR = """
+define i64 @add1(i64 %x) {
+  %r = add i64 %x, 1
+  ret i64 %r
+}
+"""
+
+
+def _object(path: str) -> bytes:
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    machine = llvm.Target.from_default_triple().create_target_machine(reloc="pic", codemodel="default")
+    data = machine.emit_object(llvm.parse_assembly(_IR))
+    with open(path, "wb") as fh:
+        fh.write(data)
+    return data
+
+
+def _local_call(data: bytes, rounds: int) -> list[float]:
+    """The baseline: the same object JIT-linked here, called through cffi like the client is."""
+    import llvmlite.binding as llvm
+
+    jit = llvm.create_lljit_compiler()
+    tracker = llvm.JITLibraryBuilder().add_object_img(data).export_symbol("add1").link(jit, "bench-local")
+    fn = ffi.cast("int64_t (*)(int64_t)", tracker["add1"])
+    out = []
+    for i in range(rounds):
+        t0 = time.perf_counter_ns()
+        r = fn(i)
+        out.append((time.perf_counter_ns() - t0) / 1000)
+        assert r == i + 1
+    del tracker
+    return out
+
+
+def _launches(session: Any, obj: str, rounds: int) -> list[float]:
+    arg = ffi.new("int64_t *")
+    res = ffi.new("int64_t *")
+    args = ffi.new("void *[1]", [arg])
+    results = ffi.new("void *[1]", [res])
+    sym, path, sig = b"add1", obj.encode(), b"i64 (i64)"
+    out = []
+    for i in range(rounds):
+        arg[0] = i
+        t0 = time.perf_counter_ns()
+        check(lib.bl_executor_launch(session, sym, path, sig, args, 1, results, 1))
+        out.append((time.perf_counter_ns() - t0) / 1000)
+        if res[0] != i + 1:
+            raise AssertionError(f"add1({i}) came back as {res[0]}")
+    return out
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def measure(executor: Executor, label: str, rounds: int, obj: str, data: bytes, ready_s: float) -> list[str]:
+    """The report lines for one executor."""
+    t0 = time.perf_counter()
+    session = open_session(executor.address)
+    t1 = time.perf_counter()
+    try:
+        check(lib.bl_executor_send_binary(session, obj.encode()))
+        t2 = time.perf_counter()
+        remote = _launches(session, obj, rounds)
+    finally:
+        check(lib.bl_executor_close(session))
+    local = _local_call(data, rounds)
+    med_r, med_l = statistics.median(remote), statistics.median(local)
+    return [
+        f"{label}: ready in {ready_s:.3f} s; open (connect + authenticate) {1e3 * (t1 - t0):.2f} ms; "
+        f"send_binary + link {1e3 * (t2 - t1):.2f} ms ({len(data)} B object)",
+        f"{label}: sync launch i64 add1(i64), {rounds} rounds: median {med_r:.1f} us, P99 {_p(remote, 0.99):.1f} us; "
+        f"direct local call median {med_l:.2f} us, P99 {_p(local, 0.99):.2f} us; ratio (median) {med_r / med_l:.0f}x",
+    ]
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="backline executor bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2000)
+    parser.add_argument("--ssh", metavar="[USER@]HOST", help="also measure an executor started over SSH")
+    parser.add_argument("--ssh-port", type=int, default=22)
+    parser.add_argument("--identity-file")
+    parser.add_argument("--ssh-option", action="append", default=[], metavar="OPT",
+                        help="passed to ssh as -o OPT (repeatable)")
+    args = parser.parse_args(list(argv))
+    if args.rounds < 10:
+        parser.error("--rounds must be at least 10")
+    with tempfile.TemporaryDirectory(prefix="backline-exec-bench-") as tmp:
+        obj = os.path.join(tmp, "add1.o")
+        data = _object(obj)
+        t0 = time.perf_counter()
+        with Executor.local() as ex:
+            ready = time.perf_counter() - t0
+            for line in measure(ex, "local", args.rounds, obj, data, ready):
+                print(line, flush=True)
+        if args.ssh:
+            user, _, host = args.ssh.rpartition("@")
+            options = [o for opt in args.ssh_option for o in ("-o", opt)]
+            t0 = time.perf_counter()
+            with Executor.ssh(host, user=user or None, port=args.ssh_port, identity_file=args.identity_file,
+                              ssh_options=options) as ex:
+                ready = time.perf_counter() - t0
+                for line in measure(ex, f"ssh {args.ssh}", args.rounds, obj, data, ready):
+                    print(line, flush=True)
+    return 0
