@@ -1,0 +1,136 @@
+"""deploy() with coprocessors in executors: real rounds, faults, and nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from backline_core import Controller, Coprocessor, Placement
+from backline_core.bound_function import BoundFunction
+from backline_core.builtins import steane
+from backline_core.deployment import deploy
+from backline_core.errors import KeyTakenError, PeerError, PlacementError, TransportError
+
+pytest.importorskip("backline_compiler", reason="building an executor's code needs backline-compiler on this host")
+
+from backline_executor_orc.handle import Executor  # noqa: E402
+
+SHM = Path(f"/dev/shm/backline-{os.geteuid()}")
+
+
+def _key(tag: str) -> str:
+    return f"exec-{tag}-{os.getpid()}"
+
+
+def _placement(ex: Executor, key: str, fn: object = "steane", **node: object) -> Placement:
+    return Placement(controller=Controller(), transport="memcpy",
+                     coprocessors=[Coprocessor(name=key, coprocessor_fn=fn, executor=ex, **node)])
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:
+        return []
+
+
+@pytest.fixture
+def executor():
+    with Executor.local() as ex:
+        yield ex
+
+
+def test_steane_in_a_local_executor_answers_like_the_table(executor):
+    key = _key("steane")
+    with deploy(_placement(executor, key), in_bytes=1, out_bytes=1) as d, BoundFunction(steane()) as table:
+        assert d.resolution.coprocessor(key).runs_in == "executor"
+        assert _children(executor.pid), "the executor serves the deployment from a session process"
+        session = d.session(key)
+        for round_ in range(2000):
+            syndrome = bytes([round_ % 8])
+            assert session.round(syndrome) == table(0, syndrome)
+    # closed: the session process has gone, the segment is unlinked, the executor still serves
+    deadline = time.monotonic() + 10
+    while _children(executor.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _children(executor.pid)
+    assert not (SHM / key).exists()
+    with deploy(_placement(executor, key), in_bytes=1, out_bytes=1) as d:  # the same key again
+        assert d.session(key).round(bytes([0b001])) == BoundFunction(steane())(0, bytes([0b001]))
+
+
+def test_echo_with_variable_payloads(executor):
+    key = _key("echo")
+    with deploy(_placement(executor, key, fn="echo"), in_bytes=200, out_bytes=200) as d:
+        session = d.session(key)
+        for n in (1, 7, 64, 200):
+            payload = bytes(range(n))
+            assert session.round(payload) == payload
+
+
+def test_a_bring_up_failure_there_comes_back_with_its_text(executor):
+    key = _key("busy")
+    with deploy(_placement(executor, key), in_bytes=1, out_bytes=1):
+        # a second coprocessor under the same key: the executor's bring-up is refused, with its reason
+        with pytest.raises(KeyTakenError) as info:
+            deploy(_placement(executor, key), in_bytes=1, out_bytes=1)
+    message = str(info.value)
+    print(message)
+    assert "bring-up of coprocessor" in message and executor.address in message and "BL_EBUSY" in message
+
+
+def test_a_dead_executor_is_a_peer_error_at_the_controller_within_its_deadline():
+    ex = Executor.local()
+    key = _key("dead")
+    try:
+        d = deploy(_placement(ex, key, init_args={"timeout_ms": 500}), in_bytes=1, out_bytes=1)
+        session = d.session(key)
+        assert session.round(bytes([1]))
+        os.killpg(os.getpgid(ex.pid), signal.SIGKILL)  # the executor and its session processes
+        t0 = time.monotonic()
+        with pytest.raises((PeerError, TransportError)) as info:
+            for _ in range(100_000):
+                session.round(bytes([1]))
+        elapsed = time.monotonic() - t0
+        print(f"dead executor noticed after {elapsed * 1e3:.0f} ms: {info.value}")
+        assert elapsed < 10
+        with pytest.raises(TransportError):
+            d.close()  # stopping the coprocessor there fails: its executor is gone; everything else is closed
+        assert not d.controller_sessions and not d.executor_runs
+    finally:
+        ex.close()
+    assert not (SHM / key).exists()  # the controller's destroy unlinks what the dead coprocessor left
+
+
+
+def test_a_python_function_cannot_be_shipped(executor):
+    with pytest.raises(PlacementError, match="Python callable"):
+        deploy(_placement(executor, _key("py"), fn=lambda d, p: p), in_bytes=1, out_bytes=1)
+
+
+def test_wrong_secret_is_refused_before_anything_runs(executor, tmp_path):
+    wrong = tmp_path / "wrong"
+    wrong.write_text("0" * 64)
+    wrong.chmod(0o600)
+    options = dict(executor.placement_options(), secret_file=str(wrong))
+    placement = Placement(controller=Controller(), transport="memcpy",
+                          coprocessors=[Coprocessor(name=_key("auth"), coprocessor_fn="steane",
+                                                    executor_options=options)])
+    with pytest.raises(TransportError, match="authentication"):
+        deploy(placement, in_bytes=1, out_bytes=1)
+    assert not _children(executor.pid)
+
+
+def test_bench_runs_in_an_executor():
+    out = subprocess.run([sys.executable, "-m", "backline_core.cli", "bench", "--runs-in", "executor",
+                          "--rounds", "20000", "--block", "10000", "--no-progress"],
+                         capture_output=True, text=True, timeout=300)
+    print(out.stdout, out.stderr)
+    assert out.returncode == 0, out.stderr
+    assert "runs_in=executor" in out.stdout and "lost: 0  mismatched replies: 0" in out.stdout
