@@ -1,11 +1,14 @@
 """A real program, compiled and run: a controller kernel written in IR brings up a memcpy
 session (through inject-transport-session), runs N rounds -- stage, post, collect, record
-the round trip -- and tears down, against thread and process coprocessors."""
+the round trip -- and tears down, against thread and process coprocessors, and against a
+coprocessor running in an executor (its code compiled by the same pipeline)."""
 
 from __future__ import annotations
 
 import os
+import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -47,6 +50,8 @@ builtin.module attributes {{backline.placement = {placement}}} {{
 """
 
 PIPELINE = "inject-transport-session{in-bytes=8 out-bytes=8},convert-transport-to-llvm"
+#: the passes after convert-transport-to-llvm that put an executor-run coprocessor's code there
+EXECUTOR_PASSES = 'cross-compile-targets{{workspace="{workspace}"}},dispatch-executor-targets,convert-executor-to-llvm'
 
 
 def compile_program(runs_in: str, key: str, workspace: str | None = None) -> codegen.JitProgram:
@@ -121,3 +126,75 @@ def test_an_undefined_external_function_is_refused_before_it_can_be_called() -> 
     }""")
     with pytest.raises(codegen.UnresolvedSymbolError, match="calls bl_no_such_function, defined neither in it"):
         codegen.JitProgram(module)
+
+
+# -- a coprocessor in an executor ------------------------------------------------------------
+
+def steane(syndrome: int) -> int:
+    """bl_fn_steane's correction for one syndrome byte, called here directly."""
+    from backline_core._native import ffi
+
+    out, out_len = ffi.new("uint8_t[1]"), ffi.new("uint32_t *")
+    assert lib.bl_fn_steane(ffi.NULL, 0, bytes([syndrome]), 1, out, 1, out_len) == 0
+    return out[0]
+
+
+def steane_rounds(coprocessor: Coprocessor, key: str, workspace: Path, n: int) -> np.ndarray:
+    """Compile the rounds kernel for a one-byte steane round against ``coprocessor``, run ``n``
+    rounds of syndromes 0..7, and return the replies."""
+    placement = Placement(controller=Controller(), transport="memcpy", coprocessors=[coprocessor])
+    module = pipeline.parse(ROUNDS_KERNEL.format(placement=BacklineAttr.from_placement(placement), key=key))
+    spec = "inject-transport-session{in-bytes=1 out-bytes=1},convert-transport-to-llvm"
+    if coprocessor.dispatched:
+        spec += "," + EXECUTOR_PASSES.format(workspace=workspace)
+    pipeline.run(module, spec)
+    program = codegen.JitProgram(module)
+    setup = program.function("backline_setup", "int32")
+    teardown = program.function("backline_teardown", "int32")
+    rounds = program.function("rounds", "int32", "int64", "ptr", "int32", "ptr", "ptr")
+    syndromes = (np.arange(n) % 8).astype(np.uint8).reshape(n, 1)
+    replies = np.zeros_like(syndromes)
+    rtt = np.zeros(n, dtype=np.uint64)
+    from backline_core.native import last_error
+
+    assert setup() == 0, last_error()
+    try:
+        assert rounds(n, syndromes.ctypes.data, 1, replies.ctypes.data, rtt.ctypes.data) == 0, last_error()
+    finally:
+        assert teardown() == 0, last_error()
+    assert rtt.any()
+    return replies
+
+
+def _children(pid: int) -> set[int]:
+    out: set[int] = set()
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                out |= {int(c) for c in fh.read().split()}
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def test_a_coprocessor_in_an_executor_answers_like_one_in_process(tmp_path: Path) -> None:
+    handle = pytest.importorskip("backline_executor_orc.handle", reason="needs the backline-executor-orc plugin")
+    n = 5000
+    in_process_key = f"compiled-thread-{uuid.uuid4().hex[:8]}"
+    expected = steane_rounds(Coprocessor(name=in_process_key, coprocessor_fn="steane", runs_in="thread"),
+                             in_process_key, tmp_path, n)
+    assert expected[:, 0].tolist() == [steane(i % 8) for i in range(n)]
+
+    key = f"compiled-executor-{uuid.uuid4().hex[:8]}"
+    with handle.Executor.local(timeout_ms=20_000) as ex:
+        assert not _children(ex.pid)
+        replies = steane_rounds(Coprocessor(name=key, coprocessor_fn="steane", executor=ex), key, tmp_path, n)
+        np.testing.assert_array_equal(replies, expected)
+        # the one object the pipeline made is the coprocessor's, for this machine
+        assert sorted(os.listdir(tmp_path)) == [f"coprocessor_{key}.{ex.triple}.o"]
+        # teardown closed the executor session: its session process ends (no timing asserted: a deadline)
+        deadline = time.monotonic() + 30
+        while _children(ex.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _children(ex.pid), "the executor's session process outlived the program's teardown"
+    assert not os.path.exists(f"/dev/shm/backline.{key}")

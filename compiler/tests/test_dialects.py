@@ -488,7 +488,7 @@ def test_transport_create_runs_in():
         return [transport.CreateOp("controller", transport="memcpy", backend_lib="/x.so", key="k", runs_in="inline")]
 
     assert verify_error(body) == (
-        "'transport.create' runs_in 'inline' is not a place; use one of controller-thread, thread, process"
+        "'transport.create' runs_in 'inline' is not a place; use one of controller-thread, thread, process, executor"
     )
 
 

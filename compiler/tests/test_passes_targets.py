@@ -1,8 +1,8 @@
 """cross-compile-targets, dispatch-executor-targets and convert-executor-to-llvm, end to end.
 
-No executor runtime exists yet, so the lowered program is checked by compiling it, and by
-running it against a mock of the runtime ABI (ctypes callbacks bound to the bl_executor_*
-symbols) whose "executor" loads the shipped object into an MCJIT engine of its own.
+The lowered programs run against the real runtime: libbackline's executor client talking
+to an executor started here (``backline_executor_orc.handle.Executor.local()``), which
+links the shipped objects into its own JIT.
 """
 
 from __future__ import annotations
@@ -12,24 +12,27 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import llvmlite.binding as llvm
 import pytest
 from backline_compiler import codegen, pipeline
-from backline_compiler.passes.convert_executor_to_llvm import LINK_OBJECTS_ATTR, RUNTIME_FUNCTIONS
+from backline_compiler.passes.convert_executor_to_llvm import LINK_OBJECTS_ATTR, RUNTIME_NAMES, runtime_functions
 from backline_compiler.passes.cross_compile_targets import OBJECT_FILE_ATTR, TARGET_ATTR, WORKSPACE_ATTR
 from xdsl.dialects import llvm as llvm_dialect
 from xdsl.dialects.builtin import ArrayAttr, ModuleOp, StringAttr
 from xdsl.utils.exceptions import PassFailedException
 
 from backline_core import get_library
+from backline_core._native import ffi, lib
+from backline_core.native import last_error
 
 HOST = llvm.get_default_triple()
 ARM = "aarch64-unknown-linux-gnu"
 EM_X86_64, EM_AARCH64 = 62, 183
-HEADER = Path(__file__).resolve().parents[1] / "backline_compiler" / "runtime" / "executor.h"
 CORE_INCLUDE = Path(get_library()).resolve().parents[1] / "native" / "include"
+HEADER = CORE_INCLUDE / "backline" / "executor.h"
 
 
 def elf_machine(path: str | Path) -> int:
@@ -164,8 +167,8 @@ llvm.func @host(%x: i64) -> i64 {
 ADDRESS = "decoder-host:9000"
 
 
-def program(remote_triple: str = ARM) -> str:
-    return (target_module("decoder", remote_triple, ADDRESS) + target_module("local", body=TWICE_BODY)
+def program(remote_triple: str = ARM, address: str = ADDRESS) -> str:
+    return (target_module("decoder", remote_triple, address) + target_module("local", body=TWICE_BODY)
             + HOST_CODE)
 
 
@@ -187,8 +190,8 @@ def test_dispatch_remote_call_becomes_executor_ops(tmp_path: Path) -> None:
     assert top == {"twice", "host"}
 
 
-def lower(tmp_path: Path, remote_triple: str = ARM) -> ModuleOp:
-    m = parse(program(remote_triple))
+def lower(tmp_path: Path, remote_triple: str = ARM, address: str = ADDRESS, text: str | None = None) -> ModuleOp:
+    m = parse(text if text is not None else program(remote_triple, address))
     pipeline.run(m, f'cross-compile-targets{{workspace="{tmp_path}"}},dispatch-executor-targets,'
                     "convert-executor-to-llvm")
     return m
@@ -210,100 +213,121 @@ def test_conversion_leaves_only_llvm_ops_that_compile(tmp_path: Path) -> None:
     assert int.from_bytes(codegen.emit_object(m, ARM)[18:20], "little") == EM_AARCH64
 
 
-# -- the lowered program against a mock executor runtime ---------------------------------
-
-c_void_pp = ctypes.POINTER(ctypes.c_void_p)
-_PROTOS = {
-    "bl_executor_open": ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p),
-    "bl_executor_send_binary": ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p),
-    "bl_executor_launch": ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
-                                           ctypes.c_char_p, c_void_pp, ctypes.c_int64, c_void_pp, ctypes.c_int64),
-    "bl_executor_close": ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p),
-}
-
-
 def _empty_engine() -> llvm.ExecutionEngine:
     mod = llvm.parse_assembly("")
     return llvm.create_mcjit_compiler(mod, llvm.Target.from_default_triple().create_target_machine())
 
 
-class MockExecutor:
-    """The bl_executor_* ABI in Python; 'sent' objects are JIT-loaded and run here."""
-
-    SESSION = 0x5E55
-
-    def __init__(self) -> None:
-        self.log: list[tuple] = []
-        self.engines: dict[str, llvm.ExecutionEngine] = {}
-        self.fail_send = 0
-        self.callbacks = {name: proto(getattr(self, name.removeprefix("bl_executor_")))
-                          for name, proto in _PROTOS.items()}
-        for name, cb in self.callbacks.items():
-            llvm.add_symbol(name, ctypes.cast(cb, ctypes.c_void_p).value)
-
-    def open(self, address: bytes) -> int:
-        self.log.append(("open", address.decode()))
-        return self.SESSION
-
-    def send_binary(self, session: int, path: bytes) -> int:
-        self.log.append(("send_binary", session, path.decode()))
-        if self.fail_send:
-            return self.fail_send
-        engine = _empty_engine()
-        engine.add_object_file(path.decode())
-        engine.finalize_object()
-        self.engines[path.decode()] = engine
-        return 0
-
-    def launch(self, session: int, symbol: bytes, path: bytes, signature: bytes, args, nargs: int,
-               results, nresults: int) -> int:
-        if signature != b"i64 (i64)" or (nargs, nresults) != (1, 1):
-            return -1  # BL_EINVAL: this mock runs i64 -> i64 kernels only
-        x = ctypes.cast(args[0], ctypes.POINTER(ctypes.c_int64))[0]
-        self.log.append(("launch", session, symbol.decode(), path.decode(), signature.decode(), x))
-        engine = self.engines.get(path.decode())
-        if engine is None:
-            return -14  # BL_ENOTFOUND: not sent
-        fn = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(engine.get_function_address(symbol.decode()))
-        ctypes.cast(results[0], ctypes.POINTER(ctypes.c_int64))[0] = fn(x)
-        return 0
-
-    def close(self, session: int) -> int:
-        self.log.append(("close", session))
-        return 0
+# -- the lowered program against the executor ---------------------------------------------
 
 
-def test_lowered_program_runs_against_a_mock_runtime(tmp_path: Path) -> None:
-    m = lower(tmp_path, remote_triple=HOST)  # the mock 'executor' is this process
-    mock = MockExecutor()
-    llvm.load_library_permanently(get_library())  # bl_status_record
-    mod, tm = codegen.compile_ir(codegen.to_llvm_ir(m), None, 2)
-    engine = llvm.create_mcjit_compiler(mod, tm)
-    for obj in m.attributes[LINK_OBJECTS_ATTR].data:  # type: ignore[union-attr]
-        engine.add_object_file(obj.data)  # the in-process target (@twice)
-    engine.finalize_object()
-    host = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(engine.get_function_address("host"))
-    status_take = ctypes.CDLL(get_library()).bl_status_take
-    status_take.restype = ctypes.c_int32
+@pytest.fixture(scope="module")
+def executor() -> Iterator[object]:
+    """An executor on 127.0.0.1, a child of this process (closed, and gone, after the module)."""
+    handle = pytest.importorskip("backline_executor_orc.handle", reason="needs the backline-executor-orc plugin")
+    with handle.Executor.local(timeout_ms=20_000) as ex:
+        yield ex
+
+
+def status_take() -> int:
+    return int(lib.bl_status_take())
+
+
+def test_lowered_program_runs_in_the_executor(tmp_path: Path, executor) -> None:  # noqa: ANN001
+    m = lower(tmp_path, remote_triple=HOST, address=executor.address)
+    program = codegen.JitProgram(m)  # links the in-process target (@twice)
+    host = program.function("host", "int64", "int64")
     status_take()
 
-    assert host(5) == 2 * (3 * 5 + 1)
+    assert [host(x) for x in (5, 0, -3)] == [2 * (3 * x + 1) for x in (5, 0, -3)]
     assert status_take() == 0
-    obj = str(tmp_path / f"decoder.{HOST}.o")
-    assert mock.log == [("open", ADDRESS), ("send_binary", mock.SESSION, obj),
-                        ("launch", mock.SESSION, "decode", obj, "i64 (i64)", 5), ("close", mock.SESSION)]
 
-    # a failing call does not stop the program; its status is the first failure recorded
-    mock.log.clear()
-    mock.engines.clear()
-    mock.fail_send = -6  # BL_EPEER
+
+def test_a_failing_call_does_not_stop_the_program(tmp_path: Path, executor) -> None:  # noqa: ANN001
+    m = lower(tmp_path, remote_triple=HOST, address=executor.address)
+    program = codegen.JitProgram(m)
+    host = program.function("host", "int64", "int64")
+    obj = tmp_path / f"decoder.{HOST}.o"
+    obj.unlink()  # the send fails, and so does the launch of what was not sent
+    status_take()
     host(5)
-    assert status_take() == -6
-    # the launch still ran (and failed: nothing was sent), but the first failure is what is kept
-    assert [entry[0] for entry in mock.log] == ["open", "send_binary", "launch", "close"]
+    assert status_take() == lib.BL_ENOTFOUND
+    assert str(obj) in last_error()  # the first failure's text: the send's
 
 
-# -- the ABI header -----------------------------------------------------------------------
+def test_an_aarch64_object_is_refused_by_an_x86_64_executor(tmp_path: Path, executor) -> None:  # noqa: ANN001
+    if host_machine() != EM_X86_64:
+        pytest.skip("checks an x86-64 executor")
+    m = lower(tmp_path, remote_triple=ARM, address=executor.address)
+    assert elf_machine(tmp_path / f"decoder.{ARM}.o") == EM_AARCH64
+    program = codegen.JitProgram(m)
+    status_take()
+    program.function("host", "int64", "int64")(5)
+    assert status_take() == lib.BL_EINVAL
+    message = last_error()
+    assert f"decoder.{ARM}.o" in message and "aarch64" in message and "x86-64" in message, message
+
+
+BUMP_BODY = """
+    llvm.func @bump(%buf: !llvm.ptr, %n: i64) -> i64 {
+      %old = llvm.load %buf : !llvm.ptr -> i64
+      %new = llvm.add %old, %n : i64
+      llvm.store %new, %buf : i64, !llvm.ptr
+      llvm.return %old : i64
+    }
+    llvm.func @ok() -> i32 {
+      %z = llvm.mlir.constant(0 : i32) : i32
+      llvm.return %z : i32
+    }
+    llvm.func @refuse() -> i32 {
+      %e = llvm.mlir.constant(-11 : i32) : i32
+      llvm.return %e : i32
+    }
+"""
+
+BUFFER_HOST = """
+llvm.func @bump(!llvm.ptr, i64) -> i64
+llvm.func @ok() -> i32
+llvm.func @refuse() -> i32
+llvm.func @host(%desc: !llvm.ptr, %n: i64) -> i64 {
+  %a = llvm.call @ok() {backline.async} : () -> i32
+  %old = llvm.call @bump(%desc, %n) : (!llvm.ptr, i64) -> i64
+  %b = llvm.call @ok() {backline.await} : () -> i32
+  llvm.return %old : i64
+}
+llvm.func @refused() {
+  %a = llvm.call @refuse() {backline.async} : () -> i32
+  %b = llvm.call @refuse() {backline.await} : () -> i32
+  llvm.return
+}
+"""
+
+
+class Buffer(ctypes.Structure):
+    """``bl_executor_buffer``, as executor.h declares it (checked against cffi's layout)."""
+
+    _fields_ = [("data", ctypes.c_void_p), ("bytes", ctypes.c_uint64)]
+
+
+def test_a_ptr_operand_is_a_buffer_copied_both_ways_and_async_launches_report_their_status(
+        tmp_path: Path, executor) -> None:  # noqa: ANN001
+    assert ctypes.sizeof(Buffer) == ffi.sizeof("bl_executor_buffer")
+    assert Buffer.bytes.offset == ffi.offsetof("bl_executor_buffer", "bytes")
+    m = lower(tmp_path, text=target_module("kernels", HOST, executor.address, BUMP_BODY) + BUFFER_HOST)
+    program = codegen.JitProgram(m)
+    host = program.function("host", "int64", "ptr", "int64")
+    value = ctypes.c_int64(40)
+    desc = Buffer(ctypes.addressof(value), 8)
+    status_take()
+    assert host(ctypes.addressof(desc), 2) == 40  # the executor saw the host's bytes ...
+    assert value.value == 42  # ... and its change came back
+    assert status_take() == 0
+
+    program.function("refused", "void")()
+    assert status_take() == lib.BL_EFN  # the async function's own status, at the await
+
+
+# -- the ABI, read from the core's header --------------------------------------------------
 
 
 def header_prototypes() -> dict[str, int]:
@@ -316,11 +340,14 @@ def header_prototypes() -> dict[str, int]:
     return protos
 
 
-def test_header_declares_the_abi_the_lowering_calls() -> None:
+def test_the_lowering_calls_the_abi_of_the_core_header() -> None:
     protos = header_prototypes()
-    runtime = {name: len(params) for name, (params, _ret) in RUNTIME_FUNCTIONS.items() if name != "bl_status_record"}
-    assert protos == runtime
-    assert "NOT part of" in HEADER.read_text()
+    table = runtime_functions()
+    assert set(table) == set(RUNTIME_NAMES)
+    for name, (params, _ret) in table.items():
+        if name != "bl_status_record":  # backline.h's
+            assert protos[name] == len(params), name
+    assert lib.BACKLINE_EXECUTOR_ABI_VERSION == 2
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -328,3 +355,54 @@ def test_header_compiles_as_c_and_cxx() -> None:
     for lang, std in (("c", "-std=c11"), ("c++", "-std=c++17")):
         subprocess.run(["gcc", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", std, f"-I{CORE_INCLUDE}",
                         "-x", lang, str(HEADER)], check=True)
+
+
+# -- the deploy path's builder -------------------------------------------------------------
+
+
+def executor_node(key: str, triple: str | None = None):  # noqa: ANN201
+    from backline_core import plugins
+    from backline_core.placement import Controller, Coprocessor, Placement
+    from backline_core.resolution import resolve
+
+    if "orc" not in plugins.names("executor"):
+        pytest.skip("needs the backline-executor-orc plugin")
+    options = {"address": "127.0.0.1:9", "secret_file": "/nonexistent/secret", **({"triple": triple} if triple else {})}
+    placement = Placement(controller=Controller(), transport="memcpy",
+                          coprocessors=[Coprocessor(name=key, coprocessor_fn="steane", executor_options=options)])
+    node = resolve(placement).coprocessor(key)
+    assert node.runs_in == "executor"
+    return node
+
+
+def test_coprocessor_object_is_the_pass_code_compiled(tmp_path: Path) -> None:
+    from backline_compiler.executor_objects import coprocessor_object
+
+    path, symbols = coprocessor_object(executor_node("dec"), in_bytes=1, out_bytes=1, workspace=str(tmp_path))
+    assert path == str(tmp_path / f"coprocessor_dec.{HOST}.o")
+    assert symbols == {"up": "backline_coprocessor_up_dec", "serve": "backline_coprocessor_serve_dec",
+                       "stop": "backline_coprocessor_stop_dec"}
+    assert elf_machine(path) == host_machine()
+    llvm.load_library_permanently(get_library())  # its undefined symbols: libbackline's
+    engine = _empty_engine()
+    engine.add_object_file(path)
+    engine.finalize_object()
+    assert all(engine.get_function_address(name) for name in symbols.values())
+
+    arm, _ = coprocessor_object(executor_node("dec-arm", ARM), in_bytes=1, out_bytes=1, workspace=str(tmp_path))
+    assert elf_machine(arm) == EM_AARCH64
+
+
+def test_coprocessor_object_refuses_what_is_not_an_executor_node(tmp_path: Path) -> None:
+    from backline_compiler.executor_objects import coprocessor_object
+    from backline_core.errors import PlacementError
+
+    node = executor_node("dec")
+    with pytest.raises(PlacementError, match="coprocessor_object: in_bytes must be a positive int, got 0"):
+        coprocessor_object(node, in_bytes=0, out_bytes=1, workspace=str(tmp_path))
+    import dataclasses
+
+    with pytest.raises(PlacementError, match="coprocessor 'dec' runs in 'thread', not in an executor"):
+        coprocessor_object(dataclasses.replace(node, runs_in="thread"), in_bytes=1, out_bytes=1,
+                           workspace=str(tmp_path))
+    assert not list(tmp_path.iterdir())

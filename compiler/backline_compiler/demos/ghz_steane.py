@@ -14,6 +14,12 @@ message to the coprocessor over the ``memcpy`` transport. Run it as
 3. Only the placement changes: the decoded rate again with the ``bposd`` decoder
    (BP+OSD from the Steane matrices), with the ``steane`` table in its own process, and
    with no coprocessor at all (the same encoded program, decodes compiled in locally).
+
+``--executor local`` changes only the placement: the decoder runs in an executor started
+on this machine (``Coprocessor(..., executor=Executor.local())``, from the
+``backline-executor-orc`` plugin), which the compiled program ships its code to. The
+samples are the same as in process, seed for seed; ``--compare`` runs part 2 both ways and
+prints rounds per second and the RTT median and P99 of each.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import pennylane as qml
 
 from backline_compiler import Backline, qjit
 from backline_core import Controller, Coprocessor, CoprocessorFunction
+from backline_core.errors import PluginError
 
 #: Spin this long (µs) between rounds before sleeping: the simulator takes tens of µs per
 #: gate, and a sleeping coprocessor costs a wake-up on the next round.
@@ -62,14 +69,27 @@ def steane_bposd() -> CoprocessorFunction:
     return css_bp_decoder(np.array(H), np.array(H), ms_scaling_factor=1.0)
 
 
+def local_executor() -> Any:
+    """An executor on this machine (``backline_executor_orc.handle.Executor.local()``); close it when done."""
+    try:
+        from backline_executor_orc.handle import Executor
+    except ImportError as exc:
+        raise PluginError(f"an executor needs the backline-executor-orc plugin, which is not installed ({exc}); "
+                          "install it (pip install -e plugins/executor-orc in the repository)") from None
+    return Executor.local()
+
+
 def device(quantum: str, *, coprocessor_fn: str | CoprocessorFunction | None = "steane", runs_in: str = "thread",
-           noise: float = 0.0, apply_correction: bool = True, seed: int | None = None) -> Backline:
+           noise: float = 0.0, apply_correction: bool = True, seed: int | None = None,
+           executor: Any = None) -> Backline:
     """A Backline device as in Listing 3, with the choices the demo varies
-    (``coprocessor_fn=None``: no coprocessor, decodes stay in the controller)."""
+    (``coprocessor_fn=None``: no coprocessor, decodes stay in the controller; ``executor``: an
+    executor handle the coprocessor runs in, instead of ``runs_in``)."""
     ctrl = Controller(hardware="cpu", device=qml.device(quantum, wires=3))
+    where: dict[str, Any] = {"executor": executor} if executor is not None else {"runs_in": runs_in}
     coprocessors = [] if coprocessor_fn is None else [
         Coprocessor(name="steane-decoder", hardware="cpu", coprocessor_fn=coprocessor_fn,
-                    runs_in=runs_in, init_args={"idle_spin_us": IDLE_SPIN_US})]
+                    init_args={"idle_spin_us": IDLE_SPIN_US}, **where)]
     return Backline(controller=ctrl, coprocessors=coprocessors, transport="memcpy", qec_code="steane", noise=noise,
                     apply_correction=apply_correction, seed=seed)
 
@@ -95,6 +115,15 @@ class Outcome:
     def ler(self) -> tuple[float, float]:
         return logical_error_rate(self.samples)
 
+    def rounds_text(self) -> str:
+        """Rounds per second of the shot loop, and the RTT median and P99, of the decoder."""
+        s = self.rtt.get("steane-decoder", {})
+        seconds = self.us_per_shot * len(self.samples) / 1e6
+        if "median_us" not in s or seconds <= 0:
+            return "no decode rounds"
+        return (f"{s['rounds'] / seconds:,.0f} rounds/s, RTT median {s['median_us']:.2f} µs, "
+                f"P99 {s['p99_us']:.2f} µs")
+
 
 def run(dev: Backline, shots: int) -> Outcome:
     circuit = ghz(dev, shots)
@@ -110,19 +139,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--noise", type=float, default=0.002, help="physical error rate (default 0.002)")
     parser.add_argument("--seed", type=int, default=2026, help="seed of the simulator (default 2026)")
     parser.add_argument("--skip-placements", action="store_true", help="skip part 3 (bposd, out of process)")
+    parser.add_argument("--executor", choices=["local"], default=None,
+                        help="run the decoder in an executor: 'local' starts one on this machine "
+                             "(needs the backline-executor-orc plugin)")
+    parser.add_argument("--compare", action="store_true",
+                        help="with --executor: run part 2 in process too, and print rounds/s and RTT of both")
     args = parser.parse_args(argv)
     if args.shots < 1:
         parser.error("--shots must be at least 1")
+    if args.compare and args.executor is None:
+        parser.error("--compare compares the executor with the in-process run: give --executor local")
+    if args.executor is None:
+        return _demo(args, None)
+    try:
+        ex = local_executor()
+    except PluginError as exc:
+        print(f"backline demo ghz --executor local: {exc}", file=sys.stderr)
+        return 2
+    with ex:
+        return _demo(args, ex)
 
+
+def _demo(args: argparse.Namespace, executor: Any) -> int:
+    where = "in an executor on this machine" if executor is not None else "on a CPU coprocessor"
     t0 = time.perf_counter()
-    print("1. Listing 3: logical GHZ on null.qubit, memcpy transport, steane table on a CPU coprocessor")
-    first = run(device("null.qubit"), 10)
+    print(f"1. Listing 3: logical GHZ on null.qubit, memcpy transport, steane table {where}")
+    first = run(device("null.qubit", executor=executor), 10)
     print("samples:", first.samples.tolist())
     print(f"   compile {first.compile_s * 1e3:.0f} ms, {first.us_per_shot:.2f} µs per shot; {first.rtt_text}")
 
     print(f"\n2. The same QNode on default.clifford (stim), depolarizing noise p = {args.noise}, {args.shots} shots")
-    fixed = run(device("default.clifford", noise=args.noise, seed=args.seed), args.shots)
-    raw = run(device("default.clifford", noise=args.noise, apply_correction=False, seed=args.seed), args.shots)
+    fixed = run(device("default.clifford", noise=args.noise, seed=args.seed, executor=executor), args.shots)
+    raw = run(device("default.clifford", noise=args.noise, apply_correction=False, seed=args.seed,
+                     executor=executor), args.shots)
     (r1, h1), (r0, h0) = fixed.ler, raw.ler
     diff, hd = r0 - r1, math.hypot(h0, h1)
     print(f"   logical error rate, corrected:   {r1:.4f} ± {h1:.4f}  ({fixed.us_per_shot:.0f} µs per shot; "
@@ -130,6 +179,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"   logical error rate, uncorrected: {r0:.4f} ± {h0:.4f}")
     print(f"   decoding lowers it by {diff:.4f} ± {hd:.4f} (95% CI; ratio {r1 / r0 if r0 else float('nan'):.2f})")
     ok = r1 < r0
+    if args.compare:
+        here = run(device("default.clifford", noise=args.noise, seed=args.seed), args.shots)
+        same = np.array_equal(here.samples, fixed.samples)
+        print(f"   in an executor: {fixed.rounds_text()}")
+        print(f"   in process:     {here.rounds_text()}")
+        print(f"   samples {'identical' if same else 'DIFFER'} (seed {args.seed})")
+        ok = ok and same
 
     if not args.skip_placements:
         print("\n3. Only the placement changes")
@@ -145,7 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"   {label:<27} corrected {rate:.4f} ± {half:.4f}, samples {same}; {out.rtt_text}")
     print(f"\ndone in {time.perf_counter() - t0:.1f} s")
     if not ok:
-        print("FAILED: the decoded logical error rate is not lower than the undecoded one", file=sys.stderr)
+        print("FAILED: the decoded logical error rate is not lower than the undecoded one, or the executor's "
+              "samples differ from the in-process ones", file=sys.stderr)
     return 0 if ok else 1
 
 

@@ -13,6 +13,21 @@ in the parentheses after the session, as in the reference)::
     executor.close %session : !executor.session
 
 ``executor.open`` checks its address with :meth:`backline_core.placement.Endpoint.parse`.
+
+Semantics (ABI 2 of the core's ``backline/executor.h``, which ``convert-executor-to-llvm``
+targets):
+
+* values cross by copy. A ``!llvm.ptr`` operand of ``executor.launch`` / ``executor.call`` is
+  a *buffer*: its value is the address of a host ``bl_executor_buffer {ptr data; i64 bytes}``
+  (``!llvm.struct<(ptr, i64)>``); the executor gets a copy of those ``bytes`` bytes, the
+  kernel sees a pointer to its copy, and after the call the bytes are copied back into
+  ``data``. A ``!llvm.ptr`` is never a result.
+* ``executor.launch_async`` runs a function of C type ``int32_t fn(void)`` (a
+  ``bl_status``) on a thread of its own in the executor; ``executor.await`` waits for it and
+  its status is the function's (the executor's ``bl_last_error()`` text with it).
+* ``executor.close`` ends the session: the executor waits for its outstanding launches,
+  then drops its objects. Everything the session's launches set up in the executor (e.g. a
+  coprocessor's transport session) lives until then.
 """
 
 from __future__ import annotations
@@ -115,7 +130,10 @@ class SendBinaryOp(IRDLOperation):
 
 @irdl_op_definition
 class LaunchOp(IRDLOperation):
-    """Invoke ``symbol`` of a sent ``object_file``; operands and results mirror the host-side call."""
+    """Invoke ``symbol`` of a sent ``object_file``; operands and results mirror the host-side call.
+
+    A ``!llvm.ptr`` operand is the address of a ``bl_executor_buffer`` (see the module docstring).
+    """
 
     name = "executor.launch"
 
@@ -150,7 +168,7 @@ class LaunchOp(IRDLOperation):
 
 @irdl_op_definition
 class LaunchAsyncOp(IRDLOperation):
-    """Start a kernel with no operands and no results without waiting; ``executor.await`` its token."""
+    """Start ``symbol``, an ``int32_t fn(void)``, without waiting; ``executor.await`` its token."""
 
     name = "executor.launch_async"
 
@@ -174,7 +192,8 @@ class LaunchAsyncOp(IRDLOperation):
 
 @irdl_op_definition
 class AwaitOp(IRDLOperation):
-    """Block until the ``executor.launch_async`` that produced ``token`` has finished."""
+    """Block until the ``executor.launch_async`` that produced ``token`` has finished; its
+    status is the launched function's return value."""
 
     name = "executor.await"
 
@@ -191,7 +210,9 @@ class AwaitOp(IRDLOperation):
 class CallOp(IRDLOperation):
     """Invoke ``symbol`` of an already-loaded shared ``library``.
 
-    The first ``num_input_args`` operands are inputs; the rest are output buffers.
+    The first ``num_input_args`` operands are inputs; the rest are output buffers. A
+    ``!llvm.ptr`` operand is the address of a ``bl_executor_buffer``; every buffer's bytes
+    are copied back after the call.
     """
 
     name = "executor.call"

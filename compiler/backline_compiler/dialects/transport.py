@@ -35,6 +35,7 @@ Ops (string/integer settings are properties, written in the attribute dictionary
     %v = transport.collect_value %s : !transport.session<controller> -> i64
     %slot, %len = transport.reply_slot %s : !transport.session<controller> -> !llvm.ptr, i32
     %ns = transport.last_rtt_ns %s : !transport.session<controller> -> i64
+    transport.park %s : !transport.session<coprocessor>
     transport.stop %s : !transport.session<controller>
     transport.destroy %s : !transport.session<controller>
 
@@ -636,9 +637,10 @@ class CreateOp(IRDLOperation):
 
     ``transport`` is the plugin name, ``key`` the session registry key (the node name),
     ``config`` the node's configuration string, ``hardware`` the node's hardware.
-    ``runs_in`` is where the coprocessor runs (``controller-thread``, ``thread`` or
-    ``process``): a coprocessor session's own place, or where a controller session expects
-    its coprocessor; absent, ``bl_session_create`` gets the core's default for the role.
+    ``runs_in`` is where the coprocessor runs (``controller-thread``, ``thread``, ``process``
+    or ``executor``, which the backend sees as another process): a coprocessor session's own
+    place, or where a controller session expects its coprocessor; absent,
+    ``bl_session_create`` gets the core's default for the role.
     """
 
     name = "transport.create"
@@ -974,6 +976,18 @@ class LastRttNsOp(_SessionOp):
 
 
 @irdl_op_definition
+class ParkOp(_SessionOnlyOp):
+    """Block the calling thread until the session is stopped (from another thread) or destroyed.
+
+    Coprocessor only: the thread that launched a coprocessor whose backend serves on its own
+    poller thread (an executor's serve function) waits here, then tears it down.
+    """
+
+    name = "transport.park"
+    ROLE: ClassVar[str | None] = COPROCESSOR
+
+
+@irdl_op_definition
 class StopOp(_SessionOnlyOp):
     """Halt the session (idempotent)."""
 
@@ -1028,6 +1042,7 @@ Transport = Dialect(
         CollectValueOp,
         ReplySlotOp,
         LastRttNsOp,
+        ParkOp,
         StopOp,
         DestroyOp,
         TakeStatusOp,

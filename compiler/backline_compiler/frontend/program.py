@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from .runtime_call import lower_runtime_call
 from .values import to_python
 
 LOWER = "convert-bqec-to-llvm,convert-quantum-to-llvm,convert-transport-to-llvm"
+#: after LOWER when a coprocessor runs in an executor: its code is compiled and launched there
+EXECUTOR_STAGE = "cross-compile-targets,dispatch-executor-targets,convert-executor-to-llvm"
 
 
 @dataclass
@@ -103,6 +106,16 @@ class CompiledQNode:
         if placement.coprocessors:
             stages.append(None)  # the transport stage: message sizes are known once QEC has run
         stages.append(LOWER)
+        #: where the executor-run coprocessors' objects are, until this program goes (setup sends them)
+        self._objects: tempfile.TemporaryDirectory[str] | None = None
+        if any(node.runs_in == "executor" for node in device.resolution.coprocessors):
+            if keep_intermediate:
+                workspace = os.path.join(keep_intermediate, "objects")
+            else:
+                self._objects = tempfile.TemporaryDirectory(prefix="backline-objects-")
+                workspace = self._objects.name
+            stages.append(EXECUTOR_STAGE.replace("cross-compile-targets",
+                                                 f'cross-compile-targets{{workspace="{workspace}"}}'))
         specs = []
         for spec in stages:
             if spec is None:
@@ -155,7 +168,13 @@ class CompiledQNode:
                                                   seed=dev.next_seed()) as qdev:
             logs = {}
             if self._setup is not None:
-                _check(self._setup(), "bringing up the placement's sessions (backline_setup)")
+                status = self._setup()
+                if status != 0:
+                    # release what setup did bring up (e.g. a coprocessor in an executor), then report
+                    message = last_error()
+                    assert self._teardown is not None  # made with setup
+                    self._teardown()
+                    _check(status, "bringing up the placement's sessions (backline_setup)", message)
             try:
                 logs = dev.attach_rtt_logs(max(self.rounds_per_shot, 1) * shots)
                 t0 = time.perf_counter()
@@ -175,9 +194,9 @@ class CompiledQNode:
         return results.reduce_all(t.measurements, out[:, : t.width], len(dev.wires))
 
 
-def _check(status: int, what: str) -> None:
+def _check(status: int, what: str, message: str | None = None) -> None:
     if status != 0:
-        raise errors.from_status(status, f"{what}: {last_error() or 'failed'}")
+        raise errors.from_status(status, f"{what}: {message or last_error() or 'failed'}")
 
 
 def _message_sizes(module: Any) -> tuple[int, int]:

@@ -1,7 +1,9 @@
 """``convert-executor-to-llvm``: executor ops become calls into the executor runtime's C ABI.
 
-The ABI is declared and documented in ``backline_compiler/runtime/executor.h`` (the runtime
-that implements it is not written yet). Each op becomes an ``llvm.call``, built, like the
+The ABI is the core's ``backline/executor.h`` (ABI 2; libbackline's executor client
+implements it), and the functions' types are read from it through cffi
+(``backline_core._native``, :func:`runtime_functions`), like the transport ABI: nothing
+here restates a C signature. Each op becomes an ``llvm.call``, built, like the
 declarations, string globals and stack slots below, by
 :class:`~.llvm_lowering.LLVMLowering`, which ``convert-transport-to-llvm`` shares::
 
@@ -23,6 +25,9 @@ declarations, string globals and stack slots below, by
 * Strings (address, paths, symbols, signatures) become ``internal constant``
   ``llvm.mlir.global``s named ``__bl_str_<n>`` (NUL-terminated, one per distinct string,
   names chosen not to clash) read through ``llvm.mlir.addressof``.
+* A session stored to memory (``dispatch-executor-targets`` keeps the program session in an
+  ``i64`` module global) is stored as an ``i64`` (``llvm.ptrtoint``) and read back through
+  ``llvm.inttoptr``.
 * Operands and results are marshalled through stack slots: one ``llvm.alloca`` per value
   and an ``llvm.alloca N x !llvm.ptr`` of the slot addresses (``argv`` / ``resv``), all allocated
   and wired up once in the function's entry block; at the call site the operands are stored
@@ -31,6 +36,9 @@ declarations, string globals and stack slots below, by
 * ``sig`` is the kernel's LLVM IR function type as text, e.g. ``"i64 (i64, ptr)"``
   (``"void ()"`` without results; several results are a literal struct return,
   ``"{i64, i32} (i64)"``): the runtime needs it to call the symbol with the values.
+* A ``!llvm.ptr`` operand is a buffer: its value, stored in its slot like any other, is the
+  address of a ``bl_executor_buffer {ptr data; i64 bytes}`` the host filled in; the runtime
+  ships the bytes and copies them back after the call (ABI 2).
 * Runtime functions are declared once (only those used). An existing top-level function of
   the same name must have the same type (a definition is allowed: e.g. a mock runtime).
 
@@ -51,6 +59,7 @@ A target module without ``backline.object_file`` is an error (run ``cross-compil
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -71,24 +80,35 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import LLVMTranslationException, PassFailedException
 
+from backline_core import _native
+
 from ..dialects import executor
 from .cross_compile_targets import Target, target_modules
 from .dispatch_executor_targets import flat_callee
-from .llvm_lowering import PTR, LLVMLowering
+from .llvm_lowering import PTR, STATUS_RECORD, LLVMLowering, abi_table
 
 LINK_OBJECTS_ATTR = "backline.link_objects"
+#: where the ABI is declared, as the errors name it
+ABI = "the executor runtime ABI (backline/executor.h)"
 
-#: name -> (parameter types, result type) of the runtime functions the lowering calls
-RUNTIME_FUNCTIONS: dict[str, tuple[tuple[Attribute, ...], Attribute]] = {
-    "bl_executor_open": ((PTR,), PTR),
-    "bl_executor_send_binary": ((PTR, PTR), i32),
-    "bl_executor_launch": ((PTR, PTR, PTR, PTR, PTR, i64, PTR, i64), i32),
-    "bl_executor_launch_async": ((PTR, PTR, PTR, PTR), i32),
-    "bl_executor_await": ((PTR, i64), i32),
-    "bl_executor_call": ((PTR, PTR, PTR, PTR, PTR, i64, i64, PTR, i64), i32),
-    "bl_executor_close": ((PTR,), i32),
-    "bl_status_record": ((i32,), i32),
-}
+#: the runtime functions the lowering calls (executor.h, and backline.h's bl_status_record)
+RUNTIME_NAMES = ("bl_executor_open", "bl_executor_send_binary", "bl_executor_launch", "bl_executor_launch_async",
+                 "bl_executor_await", "bl_executor_call", "bl_executor_close", STATUS_RECORD)
+
+
+@functools.cache
+def runtime_functions() -> dict[str, tuple[tuple[Attribute, ...], Attribute]]:
+    """name -> (parameter types, result type) of :data:`RUNTIME_NAMES`, from the core's headers.
+
+    Read when a module has executor ops to lower, so a core built without the executor
+    client fails only there, saying so."""
+    missing = [name for name in RUNTIME_NAMES if not hasattr(_native.lib, name)]
+    if missing:
+        raise PassFailedException(
+            f"{ConvertExecutorToLLVM.name}: the core's C binding (backline_core._native) has no "
+            f"{', '.join(missing)}: it was built without backline/executor.h; rebuild the core "
+            "(python setup.py build_ext --inplace in the repository root)")
+    return abi_table(*RUNTIME_NAMES)
 
 _EXECUTOR_TYPES: dict[type[Attribute], Attribute] = {executor.SessionType: PTR, executor.TokenType: i64}
 
@@ -117,8 +137,7 @@ class _Lowering:
     """The executor ops' lowerings, on top of the shared :class:`LLVMLowering`."""
 
     def __init__(self, module: ModuleOp) -> None:
-        self.lo = LLVMLowering(module, RUNTIME_FUNCTIONS, pass_name=ConvertExecutorToLLVM.name,
-                               abi="the executor runtime ABI (runtime/executor.h)")
+        self.lo = LLVMLowering(module, runtime_functions(), pass_name=ConvertExecutorToLLVM.name, abi=ABI)
 
     def slots(self, anchor: Operation, types: Sequence[Attribute], what: str) -> tuple[list[SSAValue], SSAValue | None]:
         """Entry-block stack slots for ``types`` and an array of their addresses (None if empty)."""
@@ -130,8 +149,8 @@ class _Lowering:
                     raise LLVMTranslationException("void")
             except LLVMTranslationException:
                 raise _fail(f"'{anchor.name}' {what} #{i} has type {t}, which has no LLVM lowering: lower it to "
-                            "the llvm dialect first (the executor ABI passes integers, floats, !llvm.ptr, "
-                            "vectors, arrays and structs by value)") from None
+                            "the llvm dialect first (the executor ABI passes integers, floats, arrays and literal "
+                            "structs by value, and !llvm.ptr buffers)") from None
         slots = [self.lo.entry_slot(anchor, t) for t in types]
         array = self.lo.entry_slot(anchor, PTR, count=len(types))
         array.name_hint = "argv" if what == "operand" else "resv"
@@ -292,9 +311,35 @@ class ConvertExecutorToLLVM(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         targets = _check_target_modules(op)
-        lowering = _Lowering(op)
-        for o in [o for o in op.walk() if o.dialect_name() == "executor"]:
-            lowering.lower(o)
+        ops = [o for o in op.walk() if o.dialect_name() == "executor"]
+        stores = [o for o in op.walk()
+                  if isinstance(o, llvm.StoreOp) and isinstance(o.value.type, executor.SessionType)]
+        loads = [o for o in op.walk()
+                 if isinstance(o, llvm.LoadOp) and isinstance(o.dereferenced_value.type, executor.SessionType)]
+        if ops:  # the ABI is read only when there is something to lower
+            lowering = _Lowering(op)
+            for o in ops:
+                lowering.lower(o)
+            lowering.lo.finish()
         _convert_types(op)
-        lowering.lo.finish()
+        _sessions_in_memory_as_integers(stores, loads)
         _fold_target_modules(op, targets)
+
+
+def _sessions_in_memory_as_integers(stores: list[llvm.StoreOp], loads: list[llvm.LoadOp]) -> None:
+    """A session stored to memory goes there as an ``i64`` (``ptrtoint``/``inttoptr``):
+    ``dispatch-executor-targets`` keeps program sessions in ``i64`` module globals, because
+    xDSL's LLVM backend can give a pointer global no null initialiser and types a global's
+    address by the global's type."""
+    for store in stores:
+        as_int = llvm.PtrToIntOp(store.value, i64)
+        Rewriter.insert_op(as_int, InsertPoint.before(store))
+        store.operands[0] = as_int.output
+    for load in loads:
+        word = llvm.LoadOp(load.ptr, i64)
+        as_ptr = llvm.IntToPtrOp(word.dereferenced_value)
+        Rewriter.insert_op([word, as_ptr], InsertPoint.before(load))
+        if load.dereferenced_value.name_hint:
+            as_ptr.output.name_hint = load.dereferenced_value.name_hint
+        load.dereferenced_value.replace_all_uses_with(as_ptr.output)
+        Rewriter.erase_op(load)

@@ -18,7 +18,13 @@ default for the role, ``BL_RUNS_ANY`` for a controller). Signatures and constant
 ``connect_async`` / ``exchange_keys_async`` become ``bl_connect_async`` /
 ``bl_exchange_keys_async``: the step runs on a runtime worker thread and the
 ``!transport.token`` is the ``i64`` token it returns (negative: the call itself failed);
-``transport.await`` becomes ``bl_await``, whose status is recorded.
+``transport.await`` becomes ``bl_await``, whose status is recorded. ``transport.park``
+becomes ``bl_park`` (the thread waits until the session is stopped).
+
+Target modules (nested ``builtin.module``s with ``backline.target``, e.g. an
+executor-run coprocessor's code from ``inject-transport-session``) are lowered each on
+their own: their declarations and constant globals go into the target module, which
+``cross-compile-targets`` compiles to a standalone object.
 """
 
 from __future__ import annotations
@@ -33,13 +39,14 @@ from xdsl.passes import ModulePass
 from backline_core.session import ROLES, runs_in_code
 
 from ..dialects import transport as t
+from .cross_compile_targets import TARGET_ATTR
 from .llvm_lowering import PTR, LLVMLowering, abi_table
 
 #: runtime function -> (argument types, result type), from backline.h
 RUNTIME: dict[str, tuple[tuple[Attribute, ...], Attribute]] = abi_table(
     "bl_session_create", "bl_session_get", "bl_connect", "bl_alloc_memory", "bl_exchange_keys",
     "bl_establish_channel", "bl_set_message_sizes", "bl_set_coprocessor_fn_by_name", "bl_start",
-    "bl_stage_payload", "bl_post", "bl_collect", "bl_reply_slot", "bl_last_rtt_ns", "bl_stop", "bl_destroy",
+    "bl_stage_payload", "bl_post", "bl_collect", "bl_reply_slot", "bl_last_rtt_ns", "bl_park", "bl_stop", "bl_destroy",
     "bl_connect_async", "bl_exchange_keys_async", "bl_await", "bl_status_record", "bl_status_take",
 )
 
@@ -50,6 +57,7 @@ SIMPLE_CALLS: dict[type[Operation], tuple[str, ...]] = {
     t.EstablishChannelOp: ("bl_establish_channel",),
     t.StartOp: ("bl_start",),
     t.PostOp: ("bl_post",),
+    t.ParkOp: ("bl_park",),
     t.StopOp: ("bl_stop",),
     t.DestroyOp: ("bl_destroy",),
 }
@@ -132,7 +140,20 @@ class ConvertTransportToLLVM(ModulePass):
     name = "convert-transport-to-llvm"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        lowering = LLVMLowering(op, RUNTIME, pass_name=self.name, abi="the runtime's C ABI (backline/backline.h)")
-        for old in [o for o in op.walk() if o.dialect_name() == "transport"]:
-            lowering.replace(old, _lower(lowering, old))
-        lowering.finish()
+        nested = [inner for inner in op.ops if isinstance(inner, ModuleOp) and TARGET_ATTR in inner.attributes]
+        for module in (op, *nested):
+            lowering = LLVMLowering(module, RUNTIME, pass_name=self.name,
+                                    abi="the runtime's C ABI (backline/backline.h)")
+            for old in [o for o in _walk_outside(module, nested) if o.dialect_name() == "transport"]:
+                lowering.replace(old, _lower(lowering, old))
+            lowering.finish()
+
+
+def _walk_outside(module: ModuleOp, skip: list[ModuleOp]) -> list[Operation]:
+    """The ops of ``module``, not descending into the modules of ``skip``."""
+    out: list[Operation] = []
+    for top in module.ops:
+        if top in skip:
+            continue
+        out.extend(top.walk())
+    return out

@@ -46,6 +46,36 @@ A coprocessor with ``runs_in = "process"`` is brought up outside the program (``
 coprocessor serve``), so only its controller side is emitted. ``backend_lib`` is the
 resolution's backend library for (transport, hardware, role).
 
+* Executor-run coprocessor (resolved ``runs_in = "executor"``; ``ResolvedNode.executor_options``
+  has its ``address`` and ``triple``): its code becomes a target module of three functions,
+  which ``cross-compile-targets`` compiles into one object and ``dispatch-executor-targets``
+  launches in the executor (:func:`executor_target_module`)::
+
+      builtin.module attributes {backline.target = {name = "coprocessor_K", triple = T, address = A}} {
+        llvm.func @backline_coprocessor_up_K() -> i32 {       // the co-located bring-up, with
+          transport.create ... ; transport.connect ; ...       // synchronous connect/exchange_keys
+          transport.start %cop ; %st = transport.take_status ; llvm.return %st
+        }
+        llvm.func @backline_coprocessor_serve_K() -> i32 {    // parks until the session is stopped
+          %cop = transport.get_session {key = K} ; transport.park %cop ; ...
+        }
+        llvm.func @backline_coprocessor_stop_K() -> i32 {     // stops and destroys it: serve returns
+          %cop = transport.get_session {key = K} ; transport.stop %cop ; transport.destroy %cop ; ...
+        }
+      }
+
+  and setup, before the controller side, starts it (each call a launch in the executor, the
+  async ones and their awaits as ``dispatch-executor-targets`` defines them)::
+
+      llvm.call @backline_coprocessor_up_K() {backline.async} : () -> i32
+      llvm.call @backline_coprocessor_up_K() {backline.await} : () -> i32
+      llvm.call @backline_coprocessor_serve_K() {backline.async} : () -> i32
+
+  The bring-up is awaited at once, so it is finished before the controller connects; it is
+  an asynchronous launch rather than a plain one because an await carries the executor's
+  error text with its status. The serve launch runs until teardown. Host declarations of
+  the three functions are added at the top level.
+
 Message sizes: the pass options ``in-bytes`` / ``out-bytes`` (default 8 each) apply to every
 key, unless the module attribute ``backline.message_sizes`` overrides a key::
 
@@ -55,11 +85,22 @@ key, unless the module attribute ``backline.message_sizes`` overrides a key::
 name that is not a coprocessor of the placement is an error).
 
 Teardown of key ``K``: ``transport.get_session`` + ``transport.stop`` + ``transport.destroy``
-of the controller, then of the co-located coprocessor.
+of the controller, then of the co-located coprocessor; or, for an executor-run one, the stop
+launch, its await and the serve launch's await::
+
+      llvm.call @backline_coprocessor_stop_K() {backline.async} : () -> i32
+      llvm.call @backline_coprocessor_stop_K() {backline.await} : () -> i32
+      llvm.call @backline_coprocessor_serve_K() {backline.await} : () -> i32
+
+so the controller is gone before its coprocessor stops (it never sees a vanished peer in a
+round). ``dispatch-executor-targets`` closes the executor session after them: setup and
+teardown share it, and closing it ends the executor's session process.
 
 Idempotent: a side whose ``transport.create`` (same role and key) is already in
 ``@backline_setup`` is not brought up again, and a side whose session is already destroyed
-in ``@backline_teardown`` is not torn down again.
+in ``@backline_teardown`` is not torn down again; for an executor-run coprocessor, a call of
+its up function in setup, of its stop function in teardown, and a target module named
+``coprocessor_K`` count.
 """
 
 from __future__ import annotations
@@ -74,6 +115,7 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     ModuleOp,
     StringAttr,
+    UnitAttr,
     i32,
 )
 from xdsl.ir import Block, Operation, Region
@@ -82,10 +124,13 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import PassFailedException
 
 from backline_core.coprocessor_function import CoprocessorFunction
-from backline_core.placement import Placement
+from backline_core.errors import PlacementError
+from backline_core.placement import Endpoint, Placement
 from backline_core.resolution import Resolution, ResolvedNode
 
 from ..dialects import transport as t
+from .cross_compile_targets import TARGET_ATTR, host_triple, parse_target, target_modules
+from .dispatch_executor_targets import ASYNC_ATTR, AWAIT_ATTR, flat_callee
 from .placement import PLACEMENT_ATTR, module_placement, module_resolution  # noqa: F401 (re-exported)
 
 #: Module attribute with per-key message sizes: {key = [in_bytes, out_bytes]}.
@@ -95,6 +140,9 @@ TEARDOWN = "backline_teardown"
 
 _NAME = "inject-transport-session"
 _ICMP_EQ = 0  # llvm.icmp predicate "eq"
+#: the three functions of an executor-run coprocessor, by role (see executor_symbols)
+EXECUTOR_FUNCTIONS = ("up", "serve", "stop")
+_STATUS_FN = llvm.LLVMFunctionType([], i32)
 
 
 def _names(placement: Placement) -> str:
@@ -225,15 +273,15 @@ def _role_keys(fn: llvm.FuncOp, teardown: bool) -> set[tuple[str, str]]:
 # -- bring-up and teardown ops ---------------------------------------------------------------
 
 
-def _create(res: Resolution, side: ResolvedNode, cop: ResolvedNode) -> t.CreateOp:
+def _create(side: ResolvedNode, cop: ResolvedNode) -> t.CreateOp:
     """``transport.create`` of ``side`` (the controller or ``cop`` itself) for the pair keyed by
     ``cop``: a controller says where it expects its coprocessor, a coprocessor where it runs."""
-    return t.CreateOp(side.role, transport=res.placement.transport, backend_lib=side.library, key=cop.name,
+    return t.CreateOp(side.role, transport=side.transport.name, backend_lib=side.library, key=cop.name,
                       config=side.config, hardware=side.hardware, runs_in=cop.runs_in)
 
 
 def _controller_bring_up(res: Resolution, cop: ResolvedNode, sizes: tuple[int, int]) -> list[Operation]:
-    create = _create(res, res.controller, cop)
+    create = _create(res.controller, cop)
     s = create.session
     return [
         create,
@@ -245,12 +293,20 @@ def _controller_bring_up(res: Resolution, cop: ResolvedNode, sizes: tuple[int, i
     ]
 
 
-def _coprocessor_bring_up(res: Resolution, node: ResolvedNode, function: CoprocessorFunction) -> list[Operation]:
-    create = _create(res, node, node)
+def _coprocessor_bring_up(node: ResolvedNode, function: CoprocessorFunction, *,
+                          asynchronous: bool = True) -> list[Operation]:
+    """The coprocessor side's bring-up; ``asynchronous``: connect and exchange keys on the
+    runtime's worker thread, each awaited (co-located: the controller's thread must not block)."""
+    create = _create(node, node)
     s = create.session
-    connect = t.ConnectAsyncOp(s)
-    keys = t.ExchangeKeysAsyncOp(s)
-    ops: list[Operation] = [create, connect, t.AwaitOp(connect.token), keys, t.AwaitOp(keys.token), t.EstablishChannelOp(s)]
+    ops: list[Operation] = [create]
+    if asynchronous:
+        connect = t.ConnectAsyncOp(s)
+        keys = t.ExchangeKeysAsyncOp(s)
+        ops += [connect, t.AwaitOp(connect.token), keys, t.AwaitOp(keys.token)]
+    else:
+        ops += [t.ConnectOp(s), t.ExchangeKeysOp(s)]
+    ops.append(t.EstablishChannelOp(s))
     for decoder_id in function.decoder_ids:
         ops.append(
             t.SetCoprocessorFnOp(
@@ -270,6 +326,104 @@ def _coprocessor_bring_up(res: Resolution, node: ResolvedNode, function: Coproce
 def _teardown(role: str, key: str) -> list[Operation]:
     get = t.GetSessionOp(role, key)
     return [get, t.StopOp(get.session), t.DestroyOp(get.session)]
+
+
+# -- executor-run coprocessors ------------------------------------------------------------------
+
+
+def executor_symbols(key: str) -> dict[str, str]:
+    """The functions of executor-run coprocessor ``key``: ``{"up": "backline_coprocessor_up_<key>", ...}``."""
+    return {role: f"backline_coprocessor_{role}_{key}" for role in EXECUTOR_FUNCTIONS}
+
+
+def executor_target_name(key: str) -> str:
+    """The target (and object file) name of executor-run coprocessor ``key``."""
+    return f"coprocessor_{key}"
+
+
+def executor_address(node: ResolvedNode) -> str:
+    """``host:port`` the controller's process dials for ``node``'s executor."""
+    opts = node.executor_options
+    try:
+        if "address" in opts:
+            return str(Endpoint.parse(str(opts["address"])))
+        if "host" in opts and "port" in opts:
+            return str(Endpoint(host=str(opts["host"]), port=int(opts["port"])))
+    except (PlacementError, ValueError) as exc:
+        raise PassFailedException(f"{_NAME}: coprocessor {node.name!r}: executor {exc}") from None
+    raise PassFailedException(
+        f"{_NAME}: coprocessor {node.name!r} runs in an executor, but its executor_options give no address "
+        "(address='host:port', or host= and port=); pass executor=Executor.local() or the executor's address")
+
+
+def _status_function(name: str, ops: list[Operation]) -> llvm.FuncOp:
+    """``llvm.func @name() -> i32`` running ``ops`` and returning the thread's first failure."""
+    status = t.TakeStatusOp()
+    return llvm.FuncOp(name, _STATUS_FN, linkage=llvm.LinkageAttr("external"),
+                       body=Region(Block([*ops, status, llvm.ReturnOp(status.status)])))
+
+
+def executor_target_module(node: ResolvedNode) -> ModuleOp:
+    """The target module holding ``node``'s code for its executor (see the module docstring)."""
+    if node.runs_in != "executor":
+        raise PassFailedException(f"{_NAME}: coprocessor {node.name!r} runs in {node.runs_in!r}, not in an executor")
+    names = executor_symbols(node.name)
+    serve = t.GetSessionOp(t.COPROCESSOR, node.name)
+    stop = t.GetSessionOp(t.COPROCESSOR, node.name)
+    # The stop function destroys the session too, right after its stop: bl_park returns as soon
+    # as the session is marked stopped, while bl_stop may still be stopping the backend (joining
+    # memcpy's poller thread), so a destroy on the serve thread would race that stop.
+    functions = [
+        _status_function(names["up"], _coprocessor_bring_up(node, _native_function(node), asynchronous=False)),
+        _status_function(names["serve"], [serve, t.ParkOp(serve.session)]),
+        _status_function(names["stop"], [stop, t.StopOp(stop.session), t.DestroyOp(stop.session)]),
+    ]
+    triple = str(node.executor_options.get("triple") or host_triple())
+    target = DictionaryAttr({"name": StringAttr(executor_target_name(node.name)), "triple": StringAttr(triple),
+                             "address": StringAttr(executor_address(node))})
+    module = ModuleOp(functions)
+    module.attributes[TARGET_ATTR] = target
+    parse_target(_NAME, module)  # the name, triple and address are well-formed
+    return module
+
+
+def _launch(name: str, mark: str | None = None) -> llvm.CallOp:
+    call = llvm.CallOp(name, return_type=i32)
+    if mark is not None:
+        call.attributes[mark] = UnitAttr()
+    return call
+
+
+def _executor_bring_up(key: str) -> list[Operation]:
+    names = executor_symbols(key)
+    return [_launch(names["up"], ASYNC_ATTR), _launch(names["up"], AWAIT_ATTR), _launch(names["serve"], ASYNC_ATTR)]
+
+
+def _executor_teardown(key: str) -> list[Operation]:
+    names = executor_symbols(key)
+    return [_launch(names["stop"], ASYNC_ATTR), _launch(names["stop"], AWAIT_ATTR),
+            _launch(names["serve"], AWAIT_ATTR)]
+
+
+def _calls(fn: llvm.FuncOp | None) -> set[str]:
+    if fn is None:
+        return set()
+    return {name for op in fn.walk() if isinstance(op, llvm.CallOp) and (name := flat_callee(op)) is not None}
+
+
+def _add_executor_code(module: ModuleOp, nodes: list[ResolvedNode]) -> None:
+    """Target modules and host declarations of ``nodes``' functions, where the module has none."""
+    present = {target.name for target in target_modules(_NAME, module)}
+    symbols = {name.data for op in module.ops if isinstance(name := getattr(op, "sym_name", None), StringAttr)}
+    new: list[Operation] = []
+    for node in nodes:
+        if executor_target_name(node.name) not in present:
+            new.append(executor_target_module(node))
+        for name in executor_symbols(node.name).values():
+            if name not in symbols:
+                new.append(llvm.FuncOp(name, _STATUS_FN, linkage=llvm.LinkageAttr("external")))
+    if new:
+        Rewriter.insert_op(new, InsertPoint.at_start(module.body.block))
 
 
 def _prepend(fn: llvm.FuncOp, ops: list[Operation]) -> None:
@@ -309,19 +463,30 @@ class InjectTransportSession(ModulePass):
         old_setup, old_teardown = _existing_function(op, SETUP), _existing_function(op, TEARDOWN)
         brought_up = _role_keys(old_setup, teardown=False) if old_setup else set()
         torn_down = _role_keys(old_teardown, teardown=True) if old_teardown else set()
+        setup_calls, teardown_calls = _calls(old_setup), _calls(old_teardown)
         setup_ops: list[Operation] = []
-        to_tear_down: list[tuple[str, str]] = []  # (role, key), in teardown order
+        to_tear_down: list[tuple[str, str]] = []  # (role or "executor", key), in teardown order
+        in_executors = [node for node in res.coprocessors if node.runs_in == "executor"]
+        for node in in_executors:
+            _native_function(node)
+            executor_address(node)
         for node in res.coprocessors:
             key, local = node.name, node.in_controller_process
+            remote = node.runs_in == "executor"
             if local and (t.COPROCESSOR, key) not in brought_up:
-                setup_ops += _coprocessor_bring_up(res, node, _native_function(node))
+                setup_ops += _coprocessor_bring_up(node, _native_function(node))
+            if remote and executor_symbols(key)["up"] not in setup_calls:
+                setup_ops += _executor_bring_up(key)
             if (t.CONTROLLER, key) not in brought_up:
                 setup_ops += _controller_bring_up(res, node, sizes[key])
             if (t.CONTROLLER, key) not in torn_down:
                 to_tear_down.append((t.CONTROLLER, key))
             if local and (t.COPROCESSOR, key) not in torn_down:
                 to_tear_down.append((t.COPROCESSOR, key))
+            if remote and executor_symbols(key)["stop"] not in teardown_calls:
+                to_tear_down.append(("executor", key))
 
+        _add_executor_code(op, in_executors)
         if setup_ops:
             setup = _function(op, SETUP)
             _prepend(setup, setup_ops)
@@ -332,5 +497,5 @@ class InjectTransportSession(ModulePass):
             for ret in _returns(teardown):  # before every return: each exit path tears down
                 at = _before_status(ret)
                 for role, key in to_tear_down:
-                    Rewriter.insert_op(_teardown(role, key), at)
+                    Rewriter.insert_op(_executor_teardown(key) if role == "executor" else _teardown(role, key), at)
                 _report_status(ret)

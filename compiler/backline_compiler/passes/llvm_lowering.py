@@ -87,7 +87,8 @@ def c_signature(ctype: Any) -> tuple[tuple[Attribute, ...], Attribute]:
 
 
 def abi_table(*names: str) -> dict[str, tuple[tuple[Attribute, ...], Attribute]]:
-    """Runtime function name -> its signature in the core's headers (``backline.h``, ``device.h``)."""
+    """Runtime function name -> its signature in the core's headers (``backline.h``, ``device.h``,
+    ``executor.h``), as the core's cffi binding declares it."""
     return {name: c_signature(ffi.typeof(getattr(lib, name))) for name in names}
 
 
@@ -95,7 +96,7 @@ class LLVMLowering:
     """Builds runtime calls for one pass run over ``module`` (see the module docstring).
 
     ``pass_name`` prefixes the errors; ``abi`` names the runtime's ABI in them (e.g.
-    ``"the executor runtime ABI (runtime/executor.h)"``).
+    ``"the executor runtime ABI (backline/executor.h)"``).
     """
 
     def __init__(self, module: ModuleOp, runtime: RuntimeTable, *, pass_name: str, abi: str) -> None:

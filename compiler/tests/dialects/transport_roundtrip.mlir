@@ -63,6 +63,8 @@ module attributes {catalyst.backline = #transport.backline<transport = "memcpy",
   func.func @teardown() {
     // CHECK-NEXT: %[[S:.*]] = transport.get_session {key = "dec"} : !transport.session<coprocessor>
     %s = transport.get_session {key = "dec"} : !transport.session<coprocessor>
+    // CHECK-NEXT: transport.park %[[S]] : !transport.session<coprocessor>
+    transport.park %s : !transport.session<coprocessor>
     // CHECK-NEXT: transport.stop %[[S]] : !transport.session<coprocessor>
     transport.stop %s : !transport.session<coprocessor>
     // CHECK-NEXT: transport.destroy %[[S]] : !transport.session<coprocessor>

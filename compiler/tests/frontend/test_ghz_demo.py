@@ -54,6 +54,34 @@ def test_only_the_placement_changes(corrected: demo.Outcome, placement: str) -> 
     np.testing.assert_array_equal(out.samples, corrected.samples)
 
 
+def test_only_the_placement_changes_in_an_executor(corrected: demo.Outcome) -> None:
+    handle = pytest.importorskip("backline_executor_orc.handle", reason="needs the backline-executor-orc plugin")
+    with handle.Executor.local() as ex:
+        out = demo.run(demo.device("default.clifford", noise=P, seed=SEED, executor=ex), SHOTS)
+    np.testing.assert_array_equal(out.samples, corrected.samples)
+    assert out.rtt["steane-decoder"]["rounds"] == SHOTS * 13
+
+
+def test_demo_command_compares_the_executor_with_in_process(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("backline_executor_orc.handle", reason="needs the backline-executor-orc plugin")
+    from backline_core.cli import main
+
+    assert main(["demo", "ghz", "--shots", "200", "--skip-placements", "--executor", "local", "--compare"]) == 0
+    out = capsys.readouterr().out
+    assert "in an executor on this machine" in out
+    assert "samples identical (seed 2026)" in out
+    assert out.count("rounds/s, RTT median") == 2
+
+
+def test_demo_command_compare_needs_an_executor(capsys: pytest.CaptureFixture[str]) -> None:
+    from backline_compiler.demos.ghz_steane import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--compare"])
+    assert exc.value.code == 2
+    assert "--compare compares the executor with the in-process run: give --executor local" in capsys.readouterr().err
+
+
 def test_demo_command_runs() -> None:
     from backline_core.cli import main
 
