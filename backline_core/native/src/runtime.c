@@ -70,6 +70,7 @@ struct bl_session {
     uint64_t *post_time;
     bl_channel ch;
     volatile int stop_flag;
+    int stop_done; /* bl_stop has finished, backend included (bl_park waits for this, not the state) */
     int64_t idle_spin_ns;
     struct fn_binding *fns;
 
@@ -813,6 +814,7 @@ BL_API int32_t bl_start(bl_session *s) {
     if (rc) return rc;
     char err[ERR_MAX / 2] = "";
     s->stop_flag = 0;
+    __atomic_store_n(&s->stop_done, 0, __ATOMIC_RELEASE);
     s->state = ST_STARTED; /* before the backend starts a poller that checks it */
     rc = s->be->start(s->impl, err, sizeof err);
     if (rc) {
@@ -1110,14 +1112,15 @@ BL_API int32_t bl_serve(bl_session *s) {
 /* ---- teardown ---------------------------------------------------------------------------------- */
 
 /* Park the calling thread while another thread (the backend's poller) serves: an executor's
- * serve launch waits here until its stop launch calls bl_stop. Polls every 10 ms under the
+ * serve launch waits here until its stop launch's bl_stop has finished (backend included, so
+ * the caller may destroy next without racing the stopper). Polls every 10 ms under the
  * registry lock, so a session destroyed meanwhile is noticed rather than read after free. */
 BL_API int32_t bl_park(bl_session *s) {
     int32_t rc = check_session(s, "park");
     if (rc) return rc;
     for (;;) {
         pthread_mutex_lock(&registry_lock);
-        int live = registry_contains(s) && __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != ST_STOPPED;
+        int live = registry_contains(s) && !__atomic_load_n(&s->stop_done, __ATOMIC_ACQUIRE);
         pthread_mutex_unlock(&registry_lock);
         if (!live) return BL_OK;
         struct timespec ts = {0, 10 * 1000 * 1000};
@@ -1141,6 +1144,8 @@ BL_API int32_t bl_stop(bl_session *s) {
     /* Before the backend stops: a round waiting on another thread sees it and returns. */
     __atomic_store_n(&s->state, ST_STOPPED, __ATOMIC_RELEASE);
     int32_t rc = s->be->stop(s->impl, err, sizeof err);
+    /* Only now may a parked thread go on (and, say, destroy): the backend's poller is joined. */
+    __atomic_store_n(&s->stop_done, 1, __ATOMIC_RELEASE);
     if (rc) return backend_fail(s, "stop", rc, err);
     return BL_OK;
 }

@@ -9,8 +9,8 @@
 2. the host's C client (libbackline, ``backline/executor.h``) opens an authenticated session
    with the executor, ships the object, runs ``up`` (bring-up; its failure comes back with
    the executor's error text) and starts ``serve`` with ``launch_async``;
-3. :meth:`ExecutorRun.stop` runs ``stop``, awaits ``serve`` (which destroys the session there)
-   and closes the executor session.
+3. :meth:`ExecutorRun.stop` runs ``stop`` (stop and destroy the session there), awaits
+   ``serve`` (parked until then) and closes the executor session.
 
 The executor session stays open in between: closing it ends the executor's session process,
 and with it the coprocessor.

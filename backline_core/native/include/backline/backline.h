@@ -191,9 +191,9 @@ BL_API int32_t bl_serve_pending(bl_session *s);
 /* Teardown: idempotent. bl_destroy also unregisters the key and frees the session; a
  * second bl_destroy of the same pointer is a no-op (it is looked up in the registry), as
  * long as no new session has been created at that address in between. */
-/* Block the calling thread until bl_stop(s) (from another thread) or bl_destroy; BL_OK.
- * For a coprocessor whose backend serves on its own poller thread: the thread that brought
- * it up (an executor's serve launch) waits here, then destroys it. */
+/* Block the calling thread until bl_stop(s), called from another thread, has finished (its
+ * backend stopped too), or s is destroyed; BL_OK. For a coprocessor whose backend serves on
+ * its own poller thread: an executor's serve launch waits here while rounds are answered. */
 BL_API int32_t bl_park(bl_session *s);
 BL_API int32_t bl_stop(bl_session *s);
 BL_API int32_t bl_destroy(bl_session *s);
