@@ -13,7 +13,6 @@ No threshold is asserted: the report is the product (the machines here are share
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import tempfile
@@ -85,29 +84,59 @@ def _p(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(executor: Executor, label: str, rounds: int, obj: str, data: bytes, ready_s: float) -> list[str]:
-    """The report lines for one executor."""
+def _decoder_object(executor: Executor, workspace: str) -> str | None:
+    """The object deploy ships for a steane coprocessor over memcpy (needs backline-compiler)."""
+    try:
+        from backline_compiler.executor_objects import coprocessor_object
+    except ImportError:
+        return None
+    from backline_core import Controller, Coprocessor, Placement, resolve
+
+    node = Coprocessor(name=f"bench-exec-{os.getpid()}", coprocessor_fn="steane", executor=executor)
+    resolved = resolve(Placement(controller=Controller(), transport="memcpy", coprocessors=[node]))
+    path, _ = coprocessor_object(resolved.coprocessors[0], in_bytes=1, out_bytes=1, workspace=workspace)
+    return path
+
+
+def _shipped(address: str, path: str, rounds: int = 0) -> tuple[float, float, list[float]]:
+    """Open a session, send ``path`` and (``rounds``) launch add1: (open s, send+link s, launch µs)."""
     t0 = time.perf_counter()
-    session = open_session(executor.address)
+    session = open_session(address)
     t1 = time.perf_counter()
     try:
-        check(lib.bl_executor_send_binary(session, obj.encode()))
+        check(lib.bl_executor_send_binary(session, path.encode()))
         t2 = time.perf_counter()
-        remote = _launches(session, obj, rounds)
+        launches = _launches(session, path, rounds) if rounds else []
     finally:
         check(lib.bl_executor_close(session))
+    return t1 - t0, t2 - t1, launches
+
+
+def measure(executor: Executor, label: str, rounds: int, obj: str, data: bytes, ready_s: float) -> list[str]:
+    """The report lines for one executor."""
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="backline-exec-bench-") as workspace:
+        decoder = _decoder_object(executor, workspace)
+        if decoder is not None:
+            opened, sent, _ = _shipped(executor.address, decoder)
+            lines.append(f"{label}: decoder object (steane coprocessor over memcpy, {os.path.getsize(decoder)} B): "
+                         f"open {1e3 * opened:.2f} ms + send_binary and link {1e3 * sent:.2f} ms")
+    opened, sent, remote = _shipped(executor.address, obj, rounds)
     local = _local_call(data, rounds)
     med_r, med_l = statistics.median(remote), statistics.median(local)
     return [
-        f"{label}: ready in {ready_s:.3f} s; open (connect + authenticate) {1e3 * (t1 - t0):.2f} ms; "
-        f"send_binary + link {1e3 * (t2 - t1):.2f} ms ({len(data)} B object)",
+        f"{label}: ready in {ready_s:.3f} s; open (connect + authenticate) {1e3 * opened:.2f} ms; "
+        f"send_binary + link {1e3 * sent:.2f} ms ({len(data)} B object)",
+        *lines,
         f"{label}: sync launch i64 add1(i64), {rounds} rounds: median {med_r:.1f} us, P99 {_p(remote, 0.99):.1f} us; "
         f"direct local call median {med_l:.2f} us, P99 {_p(local, 0.99):.2f} us; ratio (median) {med_r / med_l:.0f}x",
     ]
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="backline executor bench", description=__doc__.splitlines()[0])
+    from .cli import _Parser  # its error() is one line, exit status 2 (cli.main prints it)
+
+    parser = _Parser(prog="backline executor bench", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2000)
     parser.add_argument("--ssh", metavar="[USER@]HOST", help="also measure an executor started over SSH")
     parser.add_argument("--ssh-port", type=int, default=22)

@@ -134,3 +134,18 @@ def test_bench_runs_in_an_executor():
     print(out.stdout, out.stderr)
     assert out.returncode == 0, out.stderr
     assert "runs_in=executor" in out.stdout and "lost: 0  mismatched replies: 0" in out.stdout
+
+
+def test_executor_bench_reports_each_figure():
+    out = subprocess.run([sys.executable, "-m", "backline_core.cli", "executor", "bench", "--rounds", "50"],
+                         capture_output=True, text=True, timeout=300)
+    print(out.stdout, out.stderr)
+    assert out.returncode == 0, out.stderr
+    for words in ("local: ready in", "open (connect + authenticate)", "decoder object", "sync launch", "ratio"):
+        assert words in out.stdout
+
+
+def test_executor_bench_bad_input_is_one_line():
+    out = subprocess.run([sys.executable, "-m", "backline_core.cli", "executor", "bench", "--rounds", "3"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--rounds" in out.stderr and len(out.stderr.strip().splitlines()) == 1
