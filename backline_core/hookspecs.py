@@ -136,7 +136,12 @@ class _Loadable:
 
 
 class Executor(_Loadable):
-    """A way to run a node's compiled code out of process (local, ssh, ...)."""
+    """A way to run a node's compiled code out of process (local, ssh, ...).
+
+    ``load()`` returns a module with ``cli(argv) -> int`` (``backline executor ARGS``) and
+    ``start_coprocessor(node, *, in_bytes, out_bytes)``, which ``deploy`` calls for a
+    coprocessor resolved to ``runs_in == "executor"``; its result's ``stop()`` ends it.
+    """
 
 
 class Pass(_Loadable):

@@ -141,6 +141,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--ssh", metavar="[USER@]HOST", help="also measure an executor started over SSH")
     parser.add_argument("--ssh-port", type=int, default=22)
     parser.add_argument("--identity-file")
+    parser.add_argument("--ssh-python", default="python3",
+                        help="the remote interpreter (3.11+ with cffi, numpy, pluggy, stevedore, llvmlite)")
     parser.add_argument("--ssh-option", action="append", default=[], metavar="OPT",
                         help="passed to ssh as -o OPT (repeatable)")
     args = parser.parse_args(list(argv))
@@ -159,7 +161,7 @@ def main(argv: Sequence[str]) -> int:
             options = [o for opt in args.ssh_option for o in ("-o", opt)]
             t0 = time.perf_counter()
             with Executor.ssh(host, user=user or None, port=args.ssh_port, identity_file=args.identity_file,
-                              ssh_options=options) as ex:
+                              ssh_options=options, python=args.ssh_python) as ex:
                 ready = time.perf_counter() - t0
                 for line in measure(ex, f"ssh {args.ssh}", args.rounds, obj, data, ready):
                     print(line, flush=True)
