@@ -6,7 +6,8 @@ Prints, for a local executor (and one reached over SSH with ``--ssh``):
 * open (connect + mutual authentication) + send_binary (ELF checks + ORC JIT link) of an object;
 * a synchronous ``launch`` round trip of ``i64 add1(i64)`` (8 bytes in, 8 out) against a direct
   call of the same machine code JIT-linked in this process, both through cffi: median, P99 and
-  the ratio.
+  the ratio; and against a bare loopback TCP ping-pong between two Python processes, the
+  floor of any request/reply over a socket on this machine.
 
 No threshold is asserted: the report is the product (the machines here are shared and noisy).
 """
@@ -14,6 +15,8 @@ No threshold is asserted: the report is the product (the machines here are share
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import statistics
 import tempfile
 import time
@@ -79,6 +82,39 @@ def _launches(session: Any, obj: str, rounds: int) -> list[float]:
     return out
 
 
+def _tcp_floor(rounds: int) -> list[float]:
+    """A bare loopback TCP ping-pong of 20 bytes with a forked echo process (Python both sides):
+    the wake-ups every executor request pays, without the protocol or the call."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    address = server.getsockname()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the echo child
+        try:
+            conn, _ = server.accept()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            while data := conn.recv(64):
+                conn.sendall(data)
+        finally:
+            os._exit(0)
+    server.close()
+    out = []
+    try:
+        with socket.create_connection(address, timeout=10) as conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for _ in range(rounds):
+                t0 = time.perf_counter_ns()
+                conn.sendall(b"x" * 20)
+                conn.recv(64)
+                out.append((time.perf_counter_ns() - t0) / 1000)
+    finally:  # a closed connection ends the echo child; one never made leaves it in accept()
+        if not out:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    return out
+
+
 def _p(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -123,13 +159,16 @@ def measure(executor: Executor, label: str, rounds: int, obj: str, data: bytes, 
                          f"open {1e3 * opened:.2f} ms + send_binary and link {1e3 * sent:.2f} ms")
     opened, sent, remote = _shipped(executor.address, obj, rounds)
     local = _local_call(data, rounds)
-    med_r, med_l = statistics.median(remote), statistics.median(local)
+    floor = _tcp_floor(rounds)
+    med_r, med_l, med_f = statistics.median(remote), statistics.median(local), statistics.median(floor)
     return [
         f"{label}: ready in {ready_s:.3f} s; open (connect + authenticate) {1e3 * opened:.2f} ms; "
         f"send_binary + link {1e3 * sent:.2f} ms ({len(data)} B object)",
         *lines,
         f"{label}: sync launch i64 add1(i64), {rounds} rounds: median {med_r:.1f} us, P99 {_p(remote, 0.99):.1f} us; "
         f"direct local call median {med_l:.2f} us, P99 {_p(local, 0.99):.2f} us; ratio (median) {med_r / med_l:.0f}x",
+        f"{label}: bare loopback TCP ping-pong (Python both sides) median {med_f:.1f} us, P99 {_p(floor, 0.99):.1f} us; "
+        f"launch / ping-pong (median) {med_r / med_f:.2f}x",
     ]
 
 

@@ -141,7 +141,8 @@ def test_executor_bench_reports_each_figure():
                          capture_output=True, text=True, timeout=300)
     print(out.stdout, out.stderr)
     assert out.returncode == 0, out.stderr
-    for words in ("local: ready in", "open (connect + authenticate)", "decoder object", "sync launch", "ratio"):
+    for words in ("local: ready in", "open (connect + authenticate)", "decoder object", "sync launch", "ratio",
+                  "bare loopback TCP ping-pong"):
         assert words in out.stdout
 
 
