@@ -15,7 +15,9 @@ import ipaddress
 import logging
 import os
 import re
+import shutil
 import socket
+import stat
 import sys
 
 PROG = "backline executor"
@@ -52,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-sessions", type=int, default=64, metavar="N",
                        help="most sessions at once (default 64)")
     serve.add_argument("--log-file", metavar="F", help="append the log here instead of stderr")
+    serve.add_argument("--remove-at-exit", metavar="DIR",
+                       help="a private folder of yours (mode 700) to remove when the server stops, however it is "
+                            "told to (Executor.local's folder: its secret and log)")
     sub.add_parser("bench", help="measure an executor against a direct call (backline executor bench --help)",
                    add_help=False)
     return parser
@@ -177,7 +182,24 @@ def serve(args: argparse.Namespace) -> int:
         len(args.preload))
     line = (f"backline-executor ready address={address} pid={os.getpid()} "
             f"protocol={lib.BL_EXECUTOR_PROTOCOL_VERSION} triple={llvm.get_process_triple()}")
-    return supervisor.run(on_ready=lambda: print(line, flush=True))
+    try:
+        return supervisor.run(on_ready=lambda: print(line, flush=True))
+    finally:
+        if args.remove_at_exit:
+            remove_private_dir(args.remove_at_exit)
+
+
+def remove_private_dir(path: str) -> None:
+    """Remove ``path`` if it is a real directory owned by this user with no group/other access."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return  # already gone (the handle's close got there first)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077:
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        logging.getLogger("backline.executor").warning(
+            "--remove-at-exit %s: not a private folder of this user; left in place", path)
 
 
 def main(argv: list[str]) -> int:

@@ -621,7 +621,7 @@ class Executor:
             log_path = os.fspath(log_file) if log_file is not None else os.path.join(res.tmpdir, "executor.log")
             cmd = [python, *(_interpreter_flags() if python == sys.executable else []), "-P", "-m",
                    "backline_executor_orc", "serve", "--bind", "127.0.0.1:0", "--secret-file", secret_file,
-                   "--parent-pid", str(os.getpid())]
+                   "--parent-pid", str(os.getpid()), "--remove-at-exit", res.tmpdir]
             for lib in preload:
                 cmd += ["--preload", os.fspath(lib)]
             started = time.monotonic()

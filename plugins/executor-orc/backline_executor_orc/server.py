@@ -336,9 +336,9 @@ class Supervisor:
     # -- sessions -----------------------------------------------------------------------
 
     def _fork(self, sock: socket.socket, peer: str) -> None:
-        if not self.root:
-            self.root = tempfile.mkdtemp(prefix=f"backline-executor-{self.pid}-")
-        asset_dir = tempfile.mkdtemp(prefix="session-", dir=self.root)
+        if not self.root:  # named now, made by the first session that stores an asset (session.private_dir)
+            self.root = os.path.join(tempfile.gettempdir(), f"backline-executor-{self.pid}-{secrets.token_hex(8)}")
+        asset_dir = os.path.join(self.root, f"session-{secrets.token_hex(8)}")
         sock.setblocking(True)
         try:
             pid = os.fork()

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import threading
 import time
 import traceback
@@ -268,6 +269,9 @@ class Session:
 
     def _store_asset(self, name: str, data: bytes) -> str:
         stem = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(name))[:100] or "asset"
+        if not self.assets:  # made on demand: a session without assets leaves nothing on disk
+            private_dir(os.path.dirname(self.asset_dir))
+            private_dir(self.asset_dir)
         path = os.path.join(self.asset_dir, f"{len(self.assets):05d}-{stem}")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
@@ -450,6 +454,20 @@ class Session:
         except OSError:
             pass
         return 0
+
+
+def private_dir(path: str) -> None:
+    """Make ``path`` a directory only this user can enter, or accept one that already is
+    (another session of this server made it); anything else there is refused."""
+    try:
+        os.mkdir(path, 0o700)
+        return
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise SessionError(lib.BL_EBACKEND, f"the asset folder {path} exists and is not a private folder of this "
+                           "user; refusing to store assets there")
 
 
 def serve(sock: socket.socket, *, libraries: Mapping[str, ctypes.CDLL], asset_dir: str) -> int:

@@ -150,3 +150,23 @@ def test_executor_bench_bad_input_is_one_line():
     out = subprocess.run([sys.executable, "-m", "backline_core.cli", "executor", "bench", "--rounds", "3"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--rounds" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_killed_controller_leaves_neither_executor_nor_its_secret():
+    script = ("import os, sys, time\nfrom backline_executor_orc.handle import Executor\nex = Executor.local()\n"
+              "print(ex.pid, os.path.dirname(ex.secret_file), flush=True)\ntime.sleep(300)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pid, folder = proc.stdout.readline().split()
+        assert Path(folder, "secret").exists()
+        proc.kill()  # no atexit, no finalizers: the executor must notice and clean up after itself
+        proc.wait(10)
+        deadline = time.monotonic() + 15
+        while (Path(f"/proc/{pid}").exists() or Path(folder).exists()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{pid}").exists(), "the executor outlived its controller"
+        assert not Path(folder).exists(), f"{folder} (the executor's secret and log) was left behind"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
