@@ -21,7 +21,7 @@ from .errors import (
     UnknownDecoderError,
     UnknownPluginError,
 )
-from .hookspecs import Decoder, Device, Executor, Pass, RoundDriver, Transport, hookimpl, hookspec
+from .hookspecs import Command, Decoder, Device, Executor, Pass, RoundDriver, Transport, hookimpl, hookspec
 from .native import get_include, get_library
 from .placement import Controller, Coprocessor, Endpoint, Node, Placement
 from .resolution import Resolution, ResolvedNode, resolve
@@ -31,7 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CORE_KEYS", "BacklineError", "Controller", "Coprocessor", "CoprocessorFunction", "DeadlineError",
-    "Decoder", "Device", "Endpoint", "Executor", "KeyTakenError", "LifecycleError", "Node", "Pass",
+    "Command", "Decoder", "Device", "Endpoint", "Executor", "KeyTakenError", "LifecycleError", "Node", "Pass",
     "PayloadTooLargeError", "PeerError", "Placement", "PlacementError", "PluginError", "Resolution", "ResolvedNode",
     "RoundDriver", "RoundTripLog", "Session",
     "Transport", "TransportError", "UnknownDecoderError", "UnknownPluginError", "format_config",

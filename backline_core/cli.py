@@ -5,6 +5,8 @@
     backline coprocessor serve --key K    serve a coprocessor over a transport until signalled
     backline executor serve [options]     run an executor server (needs an executor plugin)
     backline demo ghz [options]           the paper's Listing 3 (needs backline-compiler[frontend])
+    backline NAME [args]                  a command a plugin adds (``backline plugins`` lists them),
+                                          e.g. ``backline rdma devices``
 
 Every error, the command line's own included, is one line on stderr,
 ``backline: error: ...``, and exit status 2.
@@ -125,7 +127,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     # row for each part, its name repeated, saying what that part serves.
     name_width = max(len(r.name) for r in rows)
     origin_width = max(len(f"{r.distribution} {r.version}".strip()) for r in rows)
-    for kind in ("transport", "decoder", "executor", "pass", "device", "driver"):
+    for kind in ("transport", "decoder", "executor", "pass", "device", "driver", "command"):
         kind_rows = sorted((r for r in rows if r.kind == kind), key=lambda r: (r.name, r.distribution))
         if not kind_rows:
             continue
@@ -403,7 +405,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .native import lib
 
-    parser = _Parser(prog="backline", description="Backline: real-time QEC rounds between a controller and coprocessors.")
+    parser = _Parser(prog="backline", description="Backline: real-time QEC rounds between a controller and coprocessors.",
+                     epilog="Plugins add commands of their own (backline NAME --help); backline plugins lists them.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("plugins", help="list installed plugins, what they serve, and load errors")
@@ -475,7 +478,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _plugin_command(argv: Sequence[str]) -> Any:
+    """The ``main`` of the command plugin named by argv[0], if argv[0] is no built-in command."""
+    if not argv or argv[0].startswith("-") or argv[0] in _BUILTIN_COMMANDS:
+        return None
+    from . import plugins
+
+    if argv[0] not in plugins.names("command"):
+        return None
+    return plugins.get("command", argv[0]).load()
+
+
+_BUILTIN_COMMANDS = ("plugins", "bench", "coprocessor", "executor", "demo")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        command = _plugin_command(argv)
+        if command is not None:
+            return int(command(argv[1:]))
+    except (BacklineError, ValueError, OSError) as exc:
+        _fail(str(exc) or type(exc).__name__)
+        return 2
+    except KeyboardInterrupt:
+        return 130
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

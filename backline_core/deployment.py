@@ -274,7 +274,7 @@ class Deployment:
                 self._bring_up_coprocessor(node, in_bytes, out_bytes)
             ctl = self.resolution.controller
             for node in self.resolution.coprocessors:
-                session = Session(ctl.library, "controller", node.name, ctl.config, node.runs_in)
+                session = Session(ctl.library, "controller", node.name, node.controller_config, node.runs_in)
                 self.controller_sessions[node.name] = session
                 _bring_up_controller(session, in_bytes, out_bytes)
         except BaseException:

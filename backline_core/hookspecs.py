@@ -37,6 +37,7 @@ ENTRY_POINT_GROUPS: Mapping[str, str] = MappingProxyType(
         "backline.passes": "pass",
         "backline.devices": "device",
         "backline.drivers": "driver",
+        "backline.commands": "command",
     }
 )
 
@@ -67,7 +68,15 @@ class Transport:
     first is the default of a coprocessor that does not say). ``init_args`` documents the
     configuration keys the backend reads (key -> one-line description); the backend's
     own ``config_keys`` and its open hook are what accept or refuse them.
-    ``needs_endpoint`` says whether a coprocessor must carry a network ``Endpoint``.
+    ``needs_endpoint`` says whether a coprocessor must carry a network ``Endpoint``; resolution
+    then passes its host and port to both sides' backends as the keys ``host`` and ``port``.
+    ``idle`` says what an idle coprocessor does: ``"sleeps"`` (on the doorbell, after
+    ``idle_spin_us``) or ``"spins"`` (nothing can wake it, e.g. a remote write: it keeps its CPU).
+    ``bench_floor``, if given, is this transport's own bare floor for ``backline bench``:
+    ``bench_floor(cfg, init_args)`` (the bench's :class:`~backline_core.bench.BenchConfig` and the
+    coprocessor's init_args) returns a context manager whose value has ``label``, ``run(first,
+    out)`` (``len(out)`` rounds, one round trip in ns each; raises if a round is lost), and
+    ``pause()`` / ``resume()``; without one the bench uses the shared-memory floor.
     ``distribution`` is filled in by the registry.
     """
 
@@ -78,6 +87,8 @@ class Transport:
     runs_in: tuple[str, ...] = ("process",)
     needs_endpoint: bool = False
     init_args: Mapping[str, str] = field(default_factory=dict)
+    idle: str = "sleeps"
+    bench_floor: Callable[..., Any] | None = None
     distribution: str = ""
 
     def __post_init__(self) -> None:
@@ -90,6 +101,8 @@ class Transport:
                     f"transport {self.name!r} declares it serves ({hardware!r}, {role!r}); "
                     f"hardware must be one of {HARDWARE} and role one of {ROLES}"
                 )
+        if self.idle not in ("sleeps", "spins"):
+            raise ValueError(f"transport {self.name!r} declares idle={self.idle!r}; give 'sleeps' or 'spins'")
         unknown = [r for r in self.runs_in if r not in RUNS_IN]
         if unknown or not self.runs_in:
             raise ValueError(
@@ -178,6 +191,14 @@ class RoundDriver(_Loadable):
     """
 
 
+class Command(_Loadable):
+    """A ``backline NAME ARGS`` subcommand a plugin adds (e.g. ``backline rdma devices``).
+
+    ``load()`` returns ``main(argv: list[str]) -> int``; like every ``backline`` command, it
+    reports an error as one line on stderr and exit status 2.
+    """
+
+
 #: kind -> (record type, hook name)
 RECORD_TYPES: Mapping[str, tuple[type, str]] = MappingProxyType(
     {
@@ -187,6 +208,7 @@ RECORD_TYPES: Mapping[str, tuple[type, str]] = MappingProxyType(
         "pass": (Pass, "backline_passes"),
         "device": (Device, "backline_devices"),
         "driver": (RoundDriver, "backline_drivers"),
+        "command": (Command, "backline_commands"),
     }
 )
 
@@ -217,3 +239,7 @@ class BacklineSpecs:
     @hookspec
     def backline_drivers(self) -> Sequence[RoundDriver]:
         """Benchmark round drivers this plugin provides."""
+
+    @hookspec
+    def backline_commands(self) -> Sequence[Command]:
+        """``backline`` subcommands this plugin provides."""

@@ -30,6 +30,7 @@ import threading
 from dataclasses import dataclass
 
 from . import plugins
+from .config import format_config
 from .coprocessor_function import CoprocessorFunction
 from .errors import PlacementError, PluginError, TransportError
 from .hookspecs import Transport
@@ -57,6 +58,9 @@ class ResolvedNode:
     runs_in: str | None = None
     #: coprocessor: its built function
     function: CoprocessorFunction | None = None
+    #: coprocessor: the configuration of the controller's session with it (the controller's
+    #: init_args, plus this coprocessor's endpoint where the transport needs one)
+    controller_config: str = ""
 
     @property
     def name(self) -> str:
@@ -150,19 +154,43 @@ def _resolve(placement: Placement) -> Resolution:
                 f"{', '.join(part.runs_in)}, not {runs_in!r}; choose one of those or another transport"
             )
         library = part.library(node.hardware, "coprocessor")
-        config = node.config_string()
+        config, ctl_config = node.config_string(), ctl.config_string()
+        if part.needs_endpoint:
+            config, ctl_config = _with_endpoint(node, node, name), _with_endpoint(ctl, node, name)
         _check_config(library, "coprocessor", node, node.name, config, runs_in)
         # The controller's session for this key expects the coprocessor where the placement puts it.
-        _check_config(ctl_library, "controller", ctl, node.name, ctl.config_string(), runs_in)
+        _check_config(ctl_library, "controller", ctl, node.name, ctl_config, runs_in)
         function = _function(node, runs_in)
         if runs_in == "executor":
             _check_executor(node, part, function)
             library, function = _on_executor_machine(node, library, function)
-        coprocessors.append(ResolvedNode(node, part, library, config, runs_in, function))
+        coprocessors.append(ResolvedNode(node, part, library, config, runs_in, function, ctl_config))
     if not placement.coprocessors:
         _check_config(ctl_library, "controller", ctl, ctl.name, ctl.config_string(), None)
     controller = ResolvedNode(ctl, ctl_part, ctl_library, ctl.config_string())
     return Resolution(placement, controller, tuple(coprocessors))
+
+
+#: The configuration keys that carry a coprocessor's Endpoint to a transport that needs one.
+ENDPOINT_KEYS = ("host", "port")
+
+
+def _with_endpoint(side: Node, coprocessor: Coprocessor, transport: str) -> str:
+    """``side``'s configuration (the coprocessor's own, or its controller's for this pair) with
+    the coprocessor's endpoint as ``host`` and ``port``: one value, read by both backends."""
+    clash = [key for key in ENDPOINT_KEYS if key in side.init_args]
+    if clash:
+        raise PlacementError(
+            f"{side.role} {side.name!r}: init_args set {', '.join(clash)}, which transport {transport!r} takes from "
+            f"the coprocessor's endpoint; give endpoint=Endpoint(host=..., port=...) on coprocessor "
+            f"{coprocessor.name!r} instead"
+        )
+    assert coprocessor.endpoint is not None
+    args = {**side.init_args, "host": coprocessor.endpoint.host, "port": coprocessor.endpoint.port}
+    try:
+        return format_config(args)
+    except ValueError as exc:
+        raise PlacementError(f"{side.role} {side.name!r}: {exc}") from None
 
 
 def _check_executor(node: Coprocessor, part: Transport, function: CoprocessorFunction) -> None:

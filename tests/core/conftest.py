@@ -4,9 +4,9 @@ Nothing in tests/core needs a transport plugin. The backend below is the smalles
 the C ABI allows: the coprocessor allocates two zeroed, 64-byte aligned rings; the
 controller finds them in a static table by session key; on the controller, the deliver
 hook answers every posted request on the spot through ``host->serve_pending`` of the
-coprocessor session (so one thread runs both sides). It reads no configuration keys of
-its own (``config_keys`` is ``{NULL}``), so everything a session does with it is the
-core's own logic.
+coprocessor session (so one thread runs both sides). Of its own configuration keys it
+accepts only ``host`` and ``port``, which resolution passes a transport that needs an
+endpoint, and it ignores them, so everything a session does with it is the core's own logic.
 
 Exported helpers (``tb_*``) let the tests see the ring memory and switch delivery off.
 """
@@ -69,7 +69,7 @@ static int auto_deliver = 1;
 static int open_count;
 static long deliver_calls;
 
-static const char *const config_keys[] = {NULL};
+static const char *const config_keys[] = {"host", "port", NULL}; /* the endpoint's; ignored */
 
 static int32_t err_out(char *err, size_t n, int32_t rc, const char *fmt, ...) {
     va_list ap;

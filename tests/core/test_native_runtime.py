@@ -167,7 +167,7 @@ def test_library_exports_the_api_and_no_backend_entry():
 
 
 def test_abi_version_and_status_names_agree_with_the_header():
-    assert lib.bl_abi_version() == lib.BACKLINE_ABI_VERSION == 2
+    assert lib.bl_abi_version() == lib.BACKLINE_ABI_VERSION == 3
     assert ffi.string(lib.bl_status_name(0)) == b"BL_OK"
     assert ffi.string(lib.bl_status_name(-99)) == b"BL_E?"
 
@@ -402,7 +402,8 @@ def test_unknown_config_key_lists_the_known_keys(stub_backend):
     text = str(info.value)
     assert "bogus" in text and "testbackend" in text
     known = re.search(r"known keys: ([^)]*)\)", text).group(1).split(", ")
-    assert known == list(CORE_KEYS)  # the C core and config.CORE_KEYS agree
+    # the C core and config.CORE_KEYS agree; then the backend's own (the endpoint keys it accepts)
+    assert known == [*CORE_KEYS, "host", "port"]
 
 
 @pytest.mark.parametrize("config", [

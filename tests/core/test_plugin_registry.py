@@ -76,9 +76,9 @@ def decoder(name: str, distribution: str = "", build=build_echo) -> Decoder:
 
 def split_parts():
     return (
-        Transports(transport("rdma", ("cpu", "controller"), ("cpu", "coprocessor"), distribution="dist-a")),
-        Transports(transport("rdma", ("gpu", "coprocessor"), distribution="dist-b", runs_in=("process",))),
-        Transports(transport("rdma", ("fpga", "controller"), distribution="dist-c")),
+        Transports(transport("fabric", ("cpu", "controller"), ("cpu", "coprocessor"), distribution="dist-a")),
+        Transports(transport("fabric", ("gpu", "coprocessor"), distribution="dist-b", runs_in=("process",))),
+        Transports(transport("fabric", ("fpga", "controller"), distribution="dist-c")),
     )
 
 
@@ -86,21 +86,21 @@ def test_parts_of_one_transport_resolve_to_the_right_distribution():
     with registered(*split_parts()):
         for hardware, role, dist in [("cpu", "controller", "dist-a"), ("cpu", "coprocessor", "dist-a"),
                                      ("gpu", "coprocessor", "dist-b"), ("fpga", "controller", "dist-c")]:
-            part = plugins.transport_backend("rdma", hardware, role)
-            assert part.name == "rdma" and part.distribution == dist
+            part = plugins.transport_backend("fabric", hardware, role)
+            assert part.name == "fabric" and part.distribution == dist
             assert (hardware, role) in part.serves
-            assert part.library(hardware, role) == f"/opt/{dist}/librdma.so"
-        parts = plugins.registry().transport_parts("rdma")
+            assert part.library(hardware, role) == f"/opt/{dist}/libfabric.so"
+        parts = plugins.registry().transport_parts("fabric")
         assert sorted(p.distribution for p in parts) == ["dist-a", "dist-b", "dist-c"]
-        assert list(plugins.names("transport")).count("rdma") == 1
+        assert list(plugins.names("transport")).count("fabric") == 1
 
 
 def test_a_pair_no_part_serves_lists_every_part():
     with registered(*split_parts()):
         with pytest.raises(PlacementError) as info:
-            plugins.transport_backend("rdma", "gpu", "controller")
+            plugins.transport_backend("fabric", "gpu", "controller")
     message = str(info.value)
-    assert "'rdma'" in message and "gpu/controller" in message
+    assert "'fabric'" in message and "gpu/controller" in message
     assert "dist-a: serves cpu/controller, cpu/coprocessor" in message
     assert "dist-b: serves gpu/coprocessor" in message and "dist-c: serves fpga/controller" in message
     assert "install the package that adds that part" in message
@@ -109,18 +109,18 @@ def test_a_pair_no_part_serves_lists_every_part():
 def test_an_unknown_transport_name_lists_the_installed_ones():
     with registered(*split_parts()):
         with pytest.raises(UnknownPluginError) as info:
-            plugins.transport_backend("rdmaa", "cpu", "controller")
+            plugins.transport_backend("fabrica", "cpu", "controller")
     message = str(info.value)
-    assert "unknown transport 'rdmaa'" in message
+    assert "unknown transport 'fabrica'" in message
     for dist in ("dist-a", "dist-b", "dist-c"):
-        assert f"rdma ({dist})" in message
+        assert f"fabric ({dist})" in message
 
 
 def test_each_part_keeps_its_own_record():
     with registered(*split_parts()):
-        parts = {p.distribution: p for p in plugins.registry().transport_parts("rdma")}
+        parts = {p.distribution: p for p in plugins.registry().transport_parts("fabric")}
         assert parts["dist-b"].runs_in == ("process",) and parts["dist-a"].runs_in == ("thread",)
-        assert parts["dist-c"].summary == "rdma from dist-c"
+        assert parts["dist-c"].summary == "fabric from dist-c"
 
 
 def test_two_parts_claiming_one_pair_name_both_distributions():
@@ -154,7 +154,7 @@ def test_an_in_process_claim_is_named_as_such():
 def test_get_of_a_transport_with_several_parts_points_to_transport_backend():
     with registered(*split_parts()):
         with pytest.raises(PluginError) as info:
-            plugins.get("transport", "rdma")
+            plugins.get("transport", "fabric")
         message = str(info.value)
         assert "several distributions" in message and "transport_backend(name, hardware, role)" in message
         for dist in ("dist-a", "dist-b", "dist-c"):
@@ -405,7 +405,7 @@ def test_a_hook_with_arguments_backline_does_not_pass_is_a_plugin_error():
 
 
 def test_every_kind_has_a_hook():
-    assert set(RECORD_TYPES) == {"transport", "decoder", "executor", "pass", "device", "driver"}
+    assert set(RECORD_TYPES) == {"transport", "decoder", "executor", "pass", "device", "driver", "command"}
     for kind, (_, hook) in RECORD_TYPES.items():
         assert hasattr(plugins.registry().pm.hook, hook), kind
 
@@ -433,8 +433,8 @@ def test_unregister_of_one_part_keeps_the_others():
     with registered(a, b, c):
         plugins.unregister(b)
         with pytest.raises(PlacementError, match="gpu/coprocessor"):
-            plugins.transport_backend("rdma", "gpu", "coprocessor")
-        assert plugins.transport_backend("rdma", "fpga", "controller").distribution == "dist-c"
+            plugins.transport_backend("fabric", "gpu", "coprocessor")
+        assert plugins.transport_backend("fabric", "fpga", "controller").distribution == "dist-c"
 
 
 def test_unregister_of_an_unknown_plugin_is_a_no_op():

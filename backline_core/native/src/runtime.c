@@ -355,6 +355,10 @@ static int32_t parse_config(bl_session *s, const char *config) {
 
 /* ---- session creation ------------------------------------------------------------------- */
 
+static void host_error_text(const char *text) {
+    snprintf(tl_error, sizeof tl_error, "%s", text ? text : "");
+}
+
 static const bl_host_api host_api = {
     .abi_version = BACKLINE_ABI_VERSION,
     .serve = bl_serve,
@@ -362,6 +366,7 @@ static const bl_host_api host_api = {
     .now_ns = bl_now_ns,
     .config_str = host_config_str,
     .config_int = host_config_int,
+    .error_text = host_error_text,
 };
 
 static int key_char(char c) {
@@ -933,10 +938,13 @@ static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header
                 }
                 if (s->ch.peer_alive && now > next_alive) {
                     next_alive = now + 1000000;
+                    tl_error[0] = 0;
                     if (bl__load_acquire(&h->seq) != seq && !s->ch.peer_alive(s->ch.impl)) {
                         s->collected = s->posted;
-                        return fail(BL_EPEER, "%s (controller '%s'): the coprocessor died before answering round %llu",
-                                    call, s->key, (unsigned long long)seq);
+                        char why[ERR_MAX / 2];
+                        snprintf(why, sizeof why, "%s%s", tl_error[0] ? ": " : "", tl_error);
+                        return fail(BL_EPEER, "%s (controller '%s'): the coprocessor died before answering round %llu%s",
+                                    call, s->key, (unsigned long long)seq, why);
                     }
                 }
             }

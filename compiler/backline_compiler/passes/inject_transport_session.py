@@ -276,8 +276,9 @@ def _role_keys(fn: llvm.FuncOp, teardown: bool) -> set[tuple[str, str]]:
 def _create(side: ResolvedNode, cop: ResolvedNode) -> t.CreateOp:
     """``transport.create`` of ``side`` (the controller or ``cop`` itself) for the pair keyed by
     ``cop``: a controller says where it expects its coprocessor, a coprocessor where it runs."""
+    config = cop.controller_config if side.role == "controller" else side.config
     return t.CreateOp(side.role, transport=side.transport.name, backend_lib=side.library, key=cop.name,
-                      config=side.config, hardware=side.hardware, runs_in=cop.runs_in)
+                      config=config, hardware=side.hardware, runs_in=cop.runs_in)
 
 
 def _controller_bring_up(res: Resolution, cop: ResolvedNode, sizes: tuple[int, int]) -> list[Operation]:

@@ -23,8 +23,9 @@ extern "C" {
 #endif
 
 /* 2: the node's place (bl_runs_in) in bl_session_create and bl_open_args; configuration
- * parsed once by the core and read by backends through bl_host_api accessors. */
-#define BACKLINE_ABI_VERSION 2
+ * parsed once by the core and read by backends through bl_host_api accessors.
+ * 3: bl_host_api.error_text, so a deliver or peer_alive hook can say why it failed. */
+#define BACKLINE_ABI_VERSION 3
 
 #if defined(__GNUC__)
 #define BL_API __attribute__((visibility("default")))
@@ -251,6 +252,9 @@ typedef struct bl_host_api {
      * BL_EINVAL with a message naming the key, the value and the range in err. */
     int32_t (*config_int)(const bl_session *s, const char *key, int64_t min, int64_t max,
                           int64_t dflt, int64_t *out, char *err, size_t errlen);
+    /* Why a hook without an err buffer (deliver, peer_alive) failed: the calling thread's text,
+     * which the core quotes in the error it reports for that round. */
+    void (*error_text)(const char *text);
 } bl_host_api;
 
 typedef struct bl_open_args {

@@ -1,0 +1,112 @@
+/*
+ * verbs.h -- what the rdma backend (rdma.c) and the bare floor (floor.c) share, so the floor
+ * runs with exactly the framework's queue-pair settings: opening a device and choosing its
+ * GID, registering ring memory, creating and connecting an RC queue pair, the out-of-band
+ * TCP socket with deadlines, and the byte-order helpers of the handshake messages
+ * (docs/rdma.md, "Handshake"). Set-up code only: nothing here runs per round.
+ */
+#ifndef BACKLINE_RDMA_VERBS_H
+#define BACKLINE_RDMA_VERBS_H
+
+#include <infiniband/verbs.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Queue-pair settings (the reference's, as perftest's): timeout 14 (4.096 us << 14 = 67 ms
+ * per try) and 7 retries, so a peer that vanished fails a WRITE with a verbs error in about
+ * half a second; RNR never happens (nobody posts receives) but is bounded the same way. */
+#define RV_QP_TIMEOUT 14
+#define RV_QP_RETRY_CNT 7
+#define RV_QP_RNR_RETRY 7
+#define RV_QP_MIN_RNR_TIMER 12
+#define RV_HOP_LIMIT 64
+#define RV_SQ_DEPTH 256u          /* send-queue entries (clamped to the device's max_qp_wr) */
+#define RV_WANT_INLINE 220u       /* inline bytes asked for; the device may give fewer (or none) */
+#define RV_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
+
+/* An opened device port and the GID this side sends from. */
+typedef struct rv_device {
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    char name[IBV_SYSFS_NAME_MAX];
+    uint8_t port;
+    int gid_index;
+    union ibv_gid gid;
+    enum ibv_mtu active_mtu;
+    uint32_t max_qp_wr;
+} rv_device;
+
+/* Ring memory: the seam where another memory kind (GPU memory exported as a dma-buf and
+ * registered with ibv_reg_dmabuf_mr) would go; only host memory is built here. */
+typedef enum rv_memory_kind { RV_MEMORY_HOST = 0, RV_MEMORY_GPU = 1 } rv_memory_kind;
+
+typedef struct rv_memory {
+    rv_memory_kind kind;
+    uint8_t *addr;
+    size_t bytes;
+    struct ibv_mr *mr;
+} rv_memory;
+
+/* One RC queue pair with its own completion queue (the send side's). */
+typedef struct rv_qp {
+    struct ibv_cq *cq;
+    struct ibv_qp *qp;
+    uint32_t psn;
+    uint32_t sq_depth;
+    uint32_t max_inline;
+} rv_qp;
+
+/* What one side tells the other to connect its queue pair and write into its ring. */
+typedef struct rv_peer {
+    uint32_t qpn, psn;
+    uint8_t gid[16];
+    uint64_t ring_addr; /* where the peer's WRITEs go: the ring this side receives on */
+    uint32_t rkey;
+    uint32_t mtu;       /* enum ibv_mtu of this side's port */
+} rv_peer;
+#define RV_PEER_BYTES 44u
+
+/* Devices: `want` NULL or "" = the first device with an active port. ib_port 0 = its first
+ * active port; gid_index < 0 = the first RoCE v2 GID with an IPv4-mapped address, else the
+ * first RoCE v2 GID. Errors name what exists (devices, ports and their states, GIDs with
+ * their types). check_only: close again after the checks. */
+int32_t rv_open_device(rv_device *d, const char *want, int ib_port, int gid_index, char *err, size_t n);
+void rv_close_device(rv_device *d);
+/* "rxe0 port 1 (ACTIVE), GID 1 ::ffff:127.0.0.1 (RoCE v2)" */
+void rv_describe(const rv_device *d, char *out, size_t n);
+
+int32_t rv_memory_alloc(rv_device *d, rv_memory *m, rv_memory_kind kind, size_t bytes, char *err, size_t n);
+void rv_memory_free(rv_memory *m);
+
+int32_t rv_qp_create(rv_device *d, rv_qp *q, char *err, size_t n);
+/* INIT -> RTR -> RTS against `remote`; path MTU = the smaller of the two ports'. */
+int32_t rv_qp_connect(rv_device *d, rv_qp *q, const rv_peer *remote, char *err, size_t n);
+void rv_qp_destroy(rv_qp *q);
+void rv_peer_local(const rv_device *d, const rv_qp *q, const rv_memory *m, size_t ring_offset, rv_peer *out);
+const char *rv_mtu_text(uint32_t mtu);
+
+/* Big-endian fields of the handshake messages. */
+void rv_put32(uint8_t *p, uint32_t v);
+void rv_put64(uint8_t *p, uint64_t v);
+uint32_t rv_get32(const uint8_t *p);
+uint64_t rv_get64(const uint8_t *p);
+void rv_peer_encode(const rv_peer *p, uint8_t out[RV_PEER_BYTES]);
+void rv_peer_decode(const uint8_t in[RV_PEER_BYTES], rv_peer *p);
+
+/* Out-of-band TCP. Deadlines are absolute CLOCK_MONOTONIC ns (rv_now_ns). */
+uint64_t rv_now_ns(void);
+/* Listen on host:port (SO_REUSEADDR; a port in use is a clear error); *fd is non-blocking. */
+int32_t rv_listen(const char *host, int port, int *fd, char *err, size_t n);
+/* Dial host:port, retrying refusals until the deadline; TCP_NODELAY. */
+int32_t rv_dial(const char *host, int port, uint64_t deadline, int *fd, char *err, size_t n);
+/* Accept one connection if one is waiting: 1 accepted, 0 none, <0 error. */
+int rv_accept(int listen_fd, int *fd);
+/* All of buf, or BL_ETIMEOUT / BL_EPEER ("closed", "reset") with the reason in err. */
+int32_t rv_send_all(int fd, const void *buf, size_t len, uint64_t deadline, char *err, size_t n);
+int32_t rv_recv_all(int fd, void *buf, size_t len, uint64_t deadline, char *err, size_t n);
+/* 1 when the peer has closed (or reset) the connection, 0 while it is open. */
+int rv_peer_closed(int fd);
+/* Printable start of bytes a non-Backline peer sent, for error messages. */
+void rv_printable(const uint8_t *p, size_t len, char *out, size_t n);
+
+#endif
