@@ -47,7 +47,7 @@ def _fail(message: str) -> None:
     print(f"backline: error: {one_line(message)}", file=sys.stderr)
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line (``--help`` prints the usage)."""
 
     def error(self, message: str) -> NoReturn:
@@ -150,7 +150,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         gap_span=args.gap_span, seed=args.seed, controller_cpu=args.controller_cpu,
         coprocessor_cpu=args.coprocessor_cpu, driver=args.driver, block=args.block, warmup=args.warmup,
         progress=not args.no_progress, code=args.code, error_rate=args.error_rate, decoder_id=args.decoder_id,
-        decoder_params=_params(args.decoder_param),
+        decoder_params=_params(args.decoder_param), host=args.host,
     )
     cfg.validate()
     bench.check_outputs(args.json, args.plot)  # before the run: its results must have somewhere to go
@@ -405,7 +405,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .native import lib
 
-    parser = _Parser(prog="backline", description="Backline: real-time QEC rounds between a controller and coprocessors.",
+    parser = Parser(prog="backline", description="Backline: real-time QEC rounds between a controller and coprocessors.",
                      epilog="Plugins add commands of their own (backline NAME --help); backline plugins lists them.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -434,6 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--controller-cpu", type=_cpu, default="0", help="CPU for the issuing thread, or none")
     b.add_argument("--coprocessor-cpu", type=_cpu, default="1",
                    help="CPU for the coprocessor and the floor responder, or none")
+    b.add_argument("--host", default="127.0.0.1",
+                   help="address the coprocessor and the floor responder listen on (transports that need an endpoint)")
     b.add_argument("--driver", default="native",
                    help="native, python, or a driver plugin such as compiled (backline-compiler)")
     b.add_argument("--code", metavar="NPZ", help="CSS code (Hx, Hz: 0/1 matrices in an .npz) for a decoder such as "

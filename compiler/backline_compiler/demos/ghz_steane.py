@@ -20,6 +20,11 @@ on this machine (``Coprocessor(..., executor=Executor.local())``, from the
 ``backline-executor-orc`` plugin), which the compiled program ships its code to. The
 samples are the same as in process, seed for seed; ``--compare`` runs part 2 both ways and
 prints rounds per second and the RTT median and P99 of each.
+
+``--transport rdma`` changes only the placement too: the decoder runs in its own process and
+the rounds cross RoCE v2 (``backline-transport-rdma``; it needs an RDMA device, such as the
+Soft-RoCE device of ``plugins/transport-rdma/guest/run-in-guest``), its endpoint on ``--host``
+and a free port. ``--compare`` then runs part 2 over memcpy too and checks the samples match.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import numpy as np
 import pennylane as qml
 
 from backline_compiler import Backline, qjit
-from backline_core import Controller, Coprocessor, CoprocessorFunction
+from backline_core import Controller, Coprocessor, CoprocessorFunction, Endpoint
 from backline_core.errors import PluginError
 
 #: Spin this long (µs) between rounds before sleeping: the simulator takes tens of µs per
@@ -81,17 +86,27 @@ def local_executor() -> Any:
 
 def device(quantum: str, *, coprocessor_fn: str | CoprocessorFunction | None = "steane", runs_in: str = "thread",
            noise: float = 0.0, apply_correction: bool = True, seed: int | None = None,
-           executor: Any = None) -> Backline:
+           executor: Any = None, transport: str = "memcpy", endpoint: Endpoint | None = None) -> Backline:
     """A Backline device as in Listing 3, with the choices the demo varies
     (``coprocessor_fn=None``: no coprocessor, decodes stay in the controller; ``executor``: an
-    executor handle the coprocessor runs in, instead of ``runs_in``)."""
+    executor handle the coprocessor runs in, instead of ``runs_in``; ``endpoint``: where the
+    coprocessor listens, for a transport that crosses machines)."""
     ctrl = Controller(hardware="cpu", device=qml.device(quantum, wires=3))
     where: dict[str, Any] = {"executor": executor} if executor is not None else {"runs_in": runs_in}
     coprocessors = [] if coprocessor_fn is None else [
         Coprocessor(name="steane-decoder", hardware="cpu", coprocessor_fn=coprocessor_fn,
-                    init_args={"idle_spin_us": IDLE_SPIN_US}, **where)]
-    return Backline(controller=ctrl, coprocessors=coprocessors, transport="memcpy", qec_code="steane", noise=noise,
+                    init_args={"idle_spin_us": IDLE_SPIN_US}, endpoint=endpoint, **where)]
+    return Backline(controller=ctrl, coprocessors=coprocessors, transport=transport, qec_code="steane", noise=noise,
                     apply_correction=apply_correction, seed=seed)
+
+
+def free_port(host: str) -> int:
+    """A TCP port nothing listens on now, for a coprocessor's endpoint."""
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def logical_error_rate(samples: Any) -> tuple[float, float]:
@@ -142,13 +157,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--executor", choices=["local"], default=None,
                         help="run the decoder in an executor: 'local' starts one on this machine "
                              "(needs the backline-executor-orc plugin)")
+    parser.add_argument("--transport", choices=["memcpy", "rdma"], default="memcpy",
+                        help="rdma: the decoder in its own process, rounds over RoCE v2 (needs an RDMA device)")
+    parser.add_argument("--host", default="127.0.0.1", help="with --transport rdma: the address the decoder listens on")
     parser.add_argument("--compare", action="store_true",
-                        help="with --executor: run part 2 in process too, and print rounds/s and RTT of both")
+                        help="with --executor or --transport rdma: run part 2 over memcpy in process too, and print "
+                             "rounds/s and RTT of both")
     args = parser.parse_args(argv)
     if args.shots < 1:
         parser.error("--shots must be at least 1")
-    if args.compare and args.executor is None:
-        parser.error("--compare compares the executor with the in-process run: give --executor local")
+    if args.compare and args.executor is None and args.transport == "memcpy":
+        parser.error("--compare compares another placement with the in-process run: give --executor local or "
+                     "--transport rdma")
+    if args.executor is not None and args.transport != "memcpy":
+        parser.error("--executor and --transport rdma are separate placements here; give one")
     if args.executor is None:
         return _demo(args, None)
     try:
@@ -162,16 +184,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _demo(args: argparse.Namespace, executor: Any) -> int:
     where = "in an executor on this machine" if executor is not None else "on a CPU coprocessor"
+    place: dict[str, Any] = {"executor": executor}
+    if args.transport != "memcpy":
+        where = "in its own process"
+        place.update(transport=args.transport, runs_in="process", endpoint=Endpoint(host=args.host,
+                                                                                   port=free_port(args.host)))
     t0 = time.perf_counter()
-    print(f"1. Listing 3: logical GHZ on null.qubit, memcpy transport, steane table {where}")
-    first = run(device("null.qubit", executor=executor), 10)
+    print(f"1. Listing 3: logical GHZ on null.qubit, {args.transport} transport, steane table {where}")
+    first = run(device("null.qubit", **place), 10)
     print("samples:", first.samples.tolist())
     print(f"   compile {first.compile_s * 1e3:.0f} ms, {first.us_per_shot:.2f} µs per shot; {first.rtt_text}")
 
     print(f"\n2. The same QNode on default.clifford (stim), depolarizing noise p = {args.noise}, {args.shots} shots")
-    fixed = run(device("default.clifford", noise=args.noise, seed=args.seed, executor=executor), args.shots)
-    raw = run(device("default.clifford", noise=args.noise, apply_correction=False, seed=args.seed,
-                     executor=executor), args.shots)
+    fixed = run(device("default.clifford", noise=args.noise, seed=args.seed, **place), args.shots)
+    raw = run(device("default.clifford", noise=args.noise, apply_correction=False, seed=args.seed, **place),
+              args.shots)
     (r1, h1), (r0, h0) = fixed.ler, raw.ler
     diff, hd = r0 - r1, math.hypot(h0, h1)
     print(f"   logical error rate, corrected:   {r1:.4f} ± {h1:.4f}  ({fixed.us_per_shot:.0f} µs per shot; "
@@ -182,8 +209,9 @@ def _demo(args: argparse.Namespace, executor: Any) -> int:
     if args.compare:
         here = run(device("default.clifford", noise=args.noise, seed=args.seed), args.shots)
         same = np.array_equal(here.samples, fixed.samples)
-        print(f"   in an executor: {fixed.rounds_text()}")
-        print(f"   in process:     {here.rounds_text()}")
+        other = "in an executor" if executor is not None else f"over {args.transport}"
+        print(f"   {other + ':':<16}{fixed.rounds_text()}")
+        print(f"   {'memcpy, thread:':<16}{here.rounds_text()}")
         print(f"   samples {'identical' if same else 'DIFFER'} (seed {args.seed})")
         ok = ok and same
 
@@ -201,8 +229,8 @@ def _demo(args: argparse.Namespace, executor: Any) -> int:
             print(f"   {label:<27} corrected {rate:.4f} ± {half:.4f}, samples {same}; {out.rtt_text}")
     print(f"\ndone in {time.perf_counter() - t0:.1f} s")
     if not ok:
-        print("FAILED: the decoded logical error rate is not lower than the undecoded one, or the executor's "
-              "samples differ from the in-process ones", file=sys.stderr)
+        print("FAILED: the decoded logical error rate is not lower than the undecoded one, or the samples of "
+              "the other placement differ from the in-process ones", file=sys.stderr)
     return 0 if ok else 1
 
 

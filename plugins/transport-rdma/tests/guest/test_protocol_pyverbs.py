@@ -1,0 +1,384 @@
+"""An independent check of the rdma wire protocol: a controller written with pyverbs from docs/rdma.md alone.
+
+It shares no code with the backend (native/rdma.c): its own queue pair and registered memory
+for the reply ring, the HELLO / OFFER / CONNECT / READY handshake packed with ``struct`` in
+network order, and each request frame (docs/wire-format.md: a little-endian 32-byte header,
+then the payload) copied into the coprocessor's request ring with two RDMA WRITEs: bytes
+8..32+len to slot+8, then the 8-byte sequence number to slot+0. The peer is a real
+``backline coprocessor serve --transport rdma`` process, shared by the tests of this module
+(each test starts where the last left the round sequence, which the OFFER reports).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import random
+import select
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backline_core import Session
+from backline_core.native import lib
+from backline_transport_rdma.devices import PyverbsUnavailable, load_pyverbs
+
+pytestmark = pytest.mark.usefixtures("rdma_device")
+
+HOST = "127.0.0.1"
+KEY = "dec"
+#: Under TCG Python runs ~14x slower than on the host: generous deadlines, small tests.
+START_S = 180.0
+STEP_S = 30.0
+
+# docs/rdma.md, "Handshake": every integer big-endian.
+MAGIC, VERSION = 0x424C5244, 1
+HELLO, OFFER, CONNECT, READY = 1, 2, 3, 4
+HEADER = struct.Struct(">IHHI")  # magic, version, type, body length
+PEER = struct.Struct(">II16sQIII")  # qpn, psn, gid, ring address, rkey, mtu, reserved
+HELLO_BODY = struct.Struct(">I64sI")  # ABI version, key (NUL-padded), flags
+OFFER_HEAD = struct.Struct(">iIIQ")  # status, slots, slot_bytes, rounds served
+TEXT_BYTES = 160
+READY_BODY = struct.Struct(f">i{TEXT_BYTES}s")
+BODY_BYTES = {HELLO: 72, OFFER: 224, CONNECT: 44, READY: 164}
+# docs/wire-format.md: the frame header, every field little-endian.
+FRAME = struct.Struct("<QIIiIQ")  # seq, len, decoder_id, status, flags, reserved
+
+STEANE = {0x00: 0x00, 0x01: 0x01, 0x02: 0x10, 0x03: 0x02, 0x04: 0x40, 0x05: 0x08, 0x06: 0x20, 0x07: 0x04}
+
+
+def test_layouts_are_the_documented_sizes():
+    assert HEADER.size == 12 and PEER.size == 44 and HELLO_BODY.size == BODY_BYTES[HELLO]
+    assert OFFER_HEAD.size + PEER.size + TEXT_BYTES == BODY_BYTES[OFFER]
+    assert PEER.size == BODY_BYTES[CONNECT] and READY_BODY.size == BODY_BYTES[READY]
+    assert FRAME.size == lib.BL_FRAME_HEADER_BYTES
+
+
+# -- the handshake over TCP -------------------------------------------------------------------
+
+def message(kind: int, body: bytes, *, version: int = VERSION) -> bytes:
+    assert len(body) == BODY_BYTES[kind]
+    return HEADER.pack(MAGIC, version, kind, len(body)) + body
+
+
+def hello(key: str = KEY, abi: int = lib.BACKLINE_ABI_VERSION) -> bytes:
+    return message(HELLO, HELLO_BODY.pack(abi, key.encode(), 0))
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError(f"the coprocessor closed the connection after {len(data)} of {n} bytes")
+        data += chunk
+    return data
+
+
+def recv_message(sock: socket.socket, kind: int) -> bytes:
+    magic, version, got, length = HEADER.unpack(recv_exactly(sock, HEADER.size))
+    assert (magic, version, got, length) == (MAGIC, VERSION, kind, BODY_BYTES[kind])
+    return recv_exactly(sock, length)
+
+
+def text(raw: bytes) -> str:
+    assert len(raw) == TEXT_BYTES
+    return raw.rstrip(b"\0").decode()
+
+
+@dataclass(frozen=True)
+class Peer:
+    qpn: int
+    psn: int
+    gid: bytes
+    ring: int
+    rkey: int
+    mtu: int
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> Peer:
+        qpn, psn, gid, ring, rkey, mtu, reserved = PEER.unpack(raw)
+        assert reserved == 0
+        return cls(qpn, psn, gid, ring, rkey, mtu)
+
+    def pack(self) -> bytes:
+        return PEER.pack(self.qpn, self.psn, self.gid, self.ring, self.rkey, self.mtu, 0)
+
+
+@dataclass(frozen=True)
+class Offer:
+    status: int
+    slots: int
+    slot_bytes: int
+    served: int
+    peer: Peer
+    text: str
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> Offer:
+        status, slots, slot_bytes, served = OFFER_HEAD.unpack_from(raw)
+        peer = raw[OFFER_HEAD.size:OFFER_HEAD.size + PEER.size]
+        return cls(status, slots, slot_bytes, served, Peer.unpack(peer), text(raw[OFFER_HEAD.size + PEER.size:]))
+
+
+def dial(port: int) -> socket.socket:
+    sock = socket.create_connection((HOST, port), timeout=STEP_S)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def offer_for(port: int, first: bytes) -> tuple[Offer, socket.socket]:
+    """Send ``first`` on a new connection; the OFFER it gets, and the connection."""
+    sock = dial(port)
+    sock.sendall(first)
+    return Offer.unpack(recv_message(sock, OFFER)), sock
+
+
+def closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the coprocessor closes (or resets) this connection within STEP_S."""
+    sock.settimeout(STEP_S)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+# -- the controller: pyverbs --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pyverbs(rdma_device: str) -> Any:
+    try:
+        return load_pyverbs()
+    except PyverbsUnavailable as exc:
+        if os.environ.get("BACKLINE_REQUIRE_RDMA") == "1":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+
+
+class VerbsController:
+    """A controller from docs/rdma.md: one RC queue pair, a request staging area and a reply ring."""
+
+    def __init__(self, device: str, port: int) -> None:
+        import pyverbs.enums as e
+        from pyverbs.cq import CQ
+        from pyverbs.device import Context
+        from pyverbs.pd import PD
+
+        self.e = e
+        self.ctx = Context(name=device)
+        self.pd = PD(self.ctx)
+        self.cq = CQ(self.ctx, 16)
+        self.ib_port = 1
+        self.port_attr = self.ctx.query_port(self.ib_port)
+        self.gid_index, self.gid = self._roce_v2_ipv4_gid()
+        self.sock = dial(port)
+        self.sock.sendall(hello())
+        self.offer = Offer.unpack(recv_message(self.sock, OFFER))
+        self.seq = self.offer.served  # the last round's; this controller's are numbered after it
+
+    def _roce_v2_ipv4_gid(self) -> tuple[int, bytes]:
+        from pyverbs.pyverbs_error import PyverbsError
+
+        for index in range(self.port_attr.gid_tbl_len):
+            try:
+                entry = self.ctx.query_gid_ex(self.ib_port, index)
+            except PyverbsError:
+                continue
+            raw = struct.pack("=QQ", entry.gid_subnet_prefix, entry.gid_interface_id)
+            if entry.gid_type == self.e.IBV_GID_TYPE_ROCE_V2 and ipaddress.IPv6Address(raw).ipv4_mapped:
+                return index, raw
+        pytest.fail("port 1 has no RoCE v2 GID with an IPv4-mapped address")
+
+    def connect(self) -> None:
+        """Connect this queue pair to the offered one (INIT, RTR, RTS), then CONNECT; READY must say 0."""
+        from pyverbs.addr import GID, AHAttr, GlobalRoute
+        from pyverbs.mr import MR
+        from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+
+        e, offer = self.e, self.offer
+        assert offer.status == 0, offer
+        ring_bytes = offer.slots * offer.slot_bytes
+        self.replies = MR(self.pd, ring_bytes, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+        self.replies.write(bytes(ring_bytes), ring_bytes, 0)
+        self.requests = MR(self.pd, ring_bytes, e.IBV_ACCESS_LOCAL_WRITE)  # frames are staged here, then written
+        cap = QPCap(max_send_wr=16, max_recv_wr=1, max_send_sge=1, max_recv_sge=1)
+        self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap, sq_sig_all=0))
+        psn = random.getrandbits(24)
+        dgid = GID(":".join(offer.peer.gid[i:i + 2].hex() for i in range(0, 16, 2)))
+        attr = QPAttr(port_num=self.ib_port)
+        attr.path_mtu = min(self.port_attr.active_mtu, offer.peer.mtu)
+        attr.dest_qp_num = offer.peer.qpn
+        attr.rq_psn = offer.peer.psn
+        attr.sq_psn = psn
+        attr.max_dest_rd_atomic = attr.max_rd_atomic = 1
+        attr.min_rnr_timer, attr.timeout, attr.retry_cnt, attr.rnr_retry = 12, 14, 7, 7
+        attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+        attr.ah_attr = AHAttr(is_global=1, port_num=self.ib_port,
+                              gr=GlobalRoute(dgid=dgid, sgid_index=self.gid_index, hop_limit=64))
+        self.qp.to_rts(attr)
+        mine = Peer(self.qp.qp_num, psn, self.gid, self.replies.buf, self.replies.rkey, self.port_attr.active_mtu)
+        self.sock.sendall(message(CONNECT, mine.pack()))
+        status, why = READY_BODY.unpack(recv_message(self.sock, READY))
+        assert (status, text(why)) == (0, "")
+
+    def post(self, payload: bytes, decoder_id: int = 0) -> int:
+        """Copy the next round's frame into the coprocessor's request ring; its sequence number."""
+        from pyverbs.wr import SGE, SendWR
+
+        e, offer = self.e, self.offer
+        self.seq += 1
+        off = ((self.seq - 1) & (offer.slots - 1)) * offer.slot_bytes
+        frame = FRAME.pack(self.seq, len(payload), decoder_id, 0, 0, 0) + payload
+        self.requests.write(frame, len(frame), off)
+        remote = offer.peer.ring + off
+        seq_wr = SendWR(wr_id=self.seq, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
+                        sg=[SGE(self.requests.buf + off, 8, self.requests.lkey)], send_flags=e.IBV_SEND_SIGNALED)
+        seq_wr.set_wr_rdma(offer.peer.rkey, remote)
+        body_wr = SendWR(opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
+                         sg=[SGE(self.requests.buf + off + 8, len(frame) - 8, self.requests.lkey)], send_flags=0,
+                         next_wr=seq_wr)
+        body_wr.set_wr_rdma(offer.peer.rkey, remote + 8)
+        self.qp.post_send(body_wr)  # the rest of the frame first, then its sequence number
+        deadline = time.monotonic() + STEP_S
+        while True:
+            n, wcs = self.cq.poll(num_entries=1)
+            if n:
+                assert (wcs[0].status, wcs[0].wr_id) == (e.IBV_WC_SUCCESS, self.seq), wcs[0]
+                return self.seq
+            assert time.monotonic() < deadline, f"no completion for the WRITEs of round {self.seq}"
+
+    def reply(self, seq: int) -> tuple[tuple[int, ...], bytes]:
+        """Wait for round ``seq``'s reply in the reply ring: (header fields, payload)."""
+        off = ((seq - 1) & (self.offer.slots - 1)) * self.offer.slot_bytes
+        deadline = time.monotonic() + STEP_S
+        while struct.unpack("<Q", self.replies.read(8, off))[0] != seq:
+            assert time.monotonic() < deadline, f"no reply to round {seq}"
+        header = FRAME.unpack(self.replies.read(FRAME.size, off))
+        return header, self.replies.read(header[1], off + FRAME.size) if header[1] else b""
+
+    def close(self) -> None:
+        self.sock.close()
+        self.ctx.close()  # and with it the queue pair, the memory regions, the CQ and the PD
+
+
+# -- the coprocessor: a real `backline coprocessor serve` ----------------------------------------
+
+@dataclass
+class Coprocessor:
+    proc: subprocess.Popen
+    port: int
+    stderr: Path
+    served: int = 0  # rounds answered so far, as the next OFFER must say
+
+    @property
+    def config(self) -> str:
+        return f"host={HOST};port={self.port}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def coprocessor(pyverbs: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coprocessor]:
+    port = free_port()
+    stderr = tmp_path_factory.mktemp("rdma") / "coprocessor.stderr"
+    with open(stderr, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "backline_core.cli", "coprocessor", "serve", "--transport", "rdma",
+                                 "--key", KEY, "--fn", "steane", "--config", f"host={HOST};port={port}"],
+                                stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], START_S)
+        line = proc.stdout.readline() if ready else ""
+        assert line.startswith(f"ready key={KEY} "), (line, proc.poll(), stderr.read_text())
+        yield Coprocessor(proc, port, stderr)
+    finally:
+        proc.kill()
+        proc.wait(timeout=STEP_S)
+        proc.stdout.close()
+
+
+@pytest.fixture
+def controller(coprocessor: Coprocessor, rdma_device: str) -> Iterator[VerbsController]:
+    ctl = VerbsController(rdma_device, coprocessor.port)
+    try:
+        yield ctl
+    finally:
+        ctl.close()
+
+
+# -- the tests ----------------------------------------------------------------------------------
+
+def test_steane_rounds_through_pyverbs(coprocessor, controller):
+    offer = controller.offer
+    assert (offer.status, offer.text) == (0, "")
+    assert (offer.slots, offer.slot_bytes) == (64, 256)  # the coprocessor's geometry: the defaults
+    assert offer.served == coprocessor.served
+    assert offer.peer.mtu in range(1, 6) and offer.peer.rkey and offer.peer.ring % 64 == 0
+    assert ipaddress.IPv6Address(offer.peer.gid).ipv4_mapped == ipaddress.IPv4Address(HOST)
+    controller.connect()
+    # all eight in flight at once (slots 0..7 of both rings), on decoder ids 0 and 1
+    rounds = [(controller.post(bytes([s]), decoder_id=s & 1), s) for s in STEANE]
+    for seq, syndrome in rounds:
+        header, payload = controller.reply(seq)
+        assert header == (seq, 1, syndrome & 1, 0, 0, 0), syndrome
+        assert payload == bytes([STEANE[syndrome]]), syndrome
+    # a reply's status and reserved: steane returns 2 for a 2-byte request; nothing serves decoder 9
+    seq = controller.post(b"\x01\x00")
+    assert controller.reply(seq) == ((seq, 0, 0, lib.BL_EFN, 0, 2), b"")
+    seq = controller.post(b"\x01", decoder_id=9)
+    assert controller.reply(seq) == ((seq, 0, 9, lib.BL_EDECODER, 0, 0), b"")
+    coprocessor.served = controller.seq
+
+
+def test_a_non_backline_peer_is_dropped_and_the_coprocessor_serves_on(coprocessor):
+    with dial(coprocessor.port) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        assert closed_by_peer(sock)
+    assert coprocessor.proc.poll() is None
+    session = Session.open("rdma", "controller", KEY, config=coprocessor.config, in_bytes=1, out_bytes=1)
+    try:
+        assert session.round(b"\x02") == b"\x10"
+    finally:
+        session.destroy()
+    coprocessor.served += 1
+    log = coprocessor.stderr.read_text()
+    assert 'is not a Backline rdma peer: it sent "GET / HTTP/1"' in log, log
+
+
+@pytest.mark.parametrize("first, status, says", [
+    (hello(key="other"), lib.BL_ENOTFOUND, "this port serves key 'dec', not 'other'"),
+    (hello(abi=999), lib.BL_EABI, "ABI 999"),
+    (HEADER.pack(MAGIC, 2, HELLO, 72), lib.BL_EABI, "version 2 of the rdma handshake"),
+], ids=["another-key", "another-abi", "another-handshake-version"])
+def test_a_controller_it_cannot_serve_is_refused_with_a_reason(coprocessor, first, status, says):
+    offer, sock = offer_for(coprocessor.port, first)
+    with sock:
+        assert offer.status == status
+        assert says in offer.text, offer.text
+        assert closed_by_peer(sock)
+
+
+def test_a_second_controller_is_busy_while_one_is_connected(coprocessor, controller):
+    assert controller.offer.served == coprocessor.served
+    controller.connect()
+    offer, sock = offer_for(coprocessor.port, hello())
+    with sock:
+        assert offer.status == lib.BL_EBUSY, offer
+        assert "another controller" in offer.text
+        assert closed_by_peer(sock)
+    seq = controller.post(b"\x07")  # the first one is still served
+    assert controller.reply(seq) == ((seq, 1, 0, 0, 0, 0), b"\x04")
+    coprocessor.served = controller.seq
