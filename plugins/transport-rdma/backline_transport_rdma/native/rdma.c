@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* ---- handshake messages (docs/rdma.md): a 12-byte header, then a fixed-size body ---- */
@@ -496,11 +497,17 @@ static void note(struct rd *m, const char *fmt, ...) {
 
 /* One controller's handshake, on the acceptor thread. On success the new link is published
  * for the poller and *fd stays open (its closing tells us the controller has gone). */
+/* A controller sends its HELLO as soon as it has connected; a peer that does not is dropped
+ * soon, since handshakes are taken one at a time and the next controller waits behind it. */
+#define HELLO_WAIT_NS 3000000000ull
+
 static void admit(struct rd *m, int fd) {
-    uint64_t deadline = rv_now_ns() + m->connect_timeout_ns;
+    uint64_t now = rv_now_ns();
+    uint64_t deadline = now + m->connect_timeout_ns;
+    uint64_t hello_by = now + (m->connect_timeout_ns < HELLO_WAIT_NS ? m->connect_timeout_ns : HELLO_WAIT_NS);
     char err[512], text[HS_TEXT_BYTES];
     uint8_t hello[HELLO_BYTES], body[CONNECT_BYTES];
-    int32_t rc = hs_recv(fd, HS_HELLO, hello, deadline, "a peer", err, sizeof err);
+    int32_t rc = hs_recv(fd, HS_HELLO, hello, hello_by, "a peer", err, sizeof err);
     if (rc) {
         if (rc == BL_EABI) refuse(m, fd, BL_EABI, err, deadline);
         note(m, "refused a connection: %s", err);
@@ -591,9 +598,17 @@ static void *acceptor(void *arg) {
         int r = poll(p, m->ctl_fd >= 0 ? 3 : 2, 1000);
         if (r < 0 && errno != EINTR) break;
         if (p[1].revents) break;
-        if (m->ctl_fd >= 0 && p[2].revents && rv_peer_closed(m->ctl_fd)) {
-            close(m->ctl_fd); /* its controller has gone: the next may come */
-            m->ctl_fd = -1;
+        if (m->ctl_fd >= 0 && p[2].revents) {
+            if (rv_peer_closed(m->ctl_fd)) {
+                close(m->ctl_fd); /* its controller has gone: the next may come */
+                m->ctl_fd = -1;
+            } else {
+                uint8_t junk[256]; /* nothing is due after READY: drop it rather than wake on it forever */
+                if (recv(m->ctl_fd, junk, sizeof junk, MSG_DONTWAIT) < 0 && errno != EAGAIN) {
+                    close(m->ctl_fd);
+                    m->ctl_fd = -1;
+                }
+            }
         }
         int fd;
         if (p[0].revents && rv_accept(m->listen_fd, &fd) == 1) admit(m, fd);
