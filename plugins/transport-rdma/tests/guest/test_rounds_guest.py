@@ -164,9 +164,11 @@ def test_a_wrong_device_port_or_gid_lists_what_exists(extra: dict[str, object], 
 
 
 def test_the_ghz_demo_over_rdma_gives_the_samples_memcpy_gives() -> None:
-    proc = subprocess.run([sys.executable, "-m", "backline_core.cli", "demo", "ghz", "--transport", "rdma",
-                           "--compare", "--shots", "100", "--skip-placements"],
-                          capture_output=True, text=True, timeout=1200, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    print(proc.stdout)
-    assert proc.returncode == 0, proc.stderr
-    assert "rdma transport" in proc.stdout and "samples identical (seed 2026)" in proc.stdout
+    """Only the placement changes (``backline demo ghz --transport rdma --compare`` in CI does the same)."""
+    demo = pytest.importorskip("backline_compiler.demos.ghz_steane", reason="needs backline-compiler[frontend]")
+    shots = 30
+    over_rdma = demo.run(demo.device("default.clifford", noise=0.01, seed=7, transport="rdma", runs_in="process",
+                                     endpoint=Endpoint(host=HOST, port=free_port())), shots)
+    in_thread = demo.run(demo.device("default.clifford", noise=0.01, seed=7), shots)
+    assert over_rdma.samples.tolist() == in_thread.samples.tolist()
+    assert over_rdma.rtt["steane-decoder"]["rounds"] == in_thread.rtt["steane-decoder"]["rounds"] > 0
