@@ -206,8 +206,10 @@ int32_t rv_open_device(rv_device *d, const char *want, int ib_port, int gid_inde
             else
                 rc = fail(err, n, BL_ENOTFOUND, "RDMA device '%s' has no active port: %s", want, found);
         } else {
-            rc = fail(err, n, BL_ENOTFOUND, "no RDMA device has an active port%s: %s (`backline rdma devices`)",
-                      ib_port > 0 ? " with that number" : "", found);
+            char which[32] = "";
+            if (ib_port > 0) snprintf(which, sizeof which, " %d", ib_port);
+            rc = fail(err, n, BL_ENOTFOUND, "no RDMA device has an active port%s; there are: %s (`backline rdma devices`)",
+                      which, found);
         }
         ibv_free_device_list(list);
         return rc;
