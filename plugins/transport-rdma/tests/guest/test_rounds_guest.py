@@ -172,3 +172,16 @@ def test_the_ghz_demo_over_rdma_gives_the_samples_memcpy_gives() -> None:
     in_thread = demo.run(demo.device("default.clifford", noise=0.01, seed=7), shots)
     assert over_rdma.samples.tolist() == in_thread.samples.tolist()
     assert over_rdma.rtt["steane-decoder"]["rounds"] == in_thread.rtt["steane-decoder"]["rounds"] > 0
+
+
+def test_a_coprocessor_in_an_executor_answers_over_rdma() -> None:
+    """runs_in="executor": the coprocessor's compiled code runs in an executor's process and
+    listens on its endpoint there (on another host, the executor's host would be that host)."""
+    orc = pytest.importorskip("backline_executor_orc", reason="needs backline-executor-orc")
+    pytest.importorskip("backline_compiler", reason="an executor coprocessor is compiled by backline-compiler")
+    with orc.Executor.local() as ex:
+        p = Placement(controller=Controller(init_args={"timeout_ms": SLOW}), transport="rdma",
+                      coprocessors=[Coprocessor(name="dec", coprocessor_fn="steane", executor=ex,
+                                                endpoint=Endpoint(host=HOST, port=free_port()))])
+        with deploy(p, in_bytes=1, out_bytes=1) as d:
+            assert [d.session().round(bytes([i]))[0] for i in (1, 2, 7)] == [0x01, 0x10, 0x04]
