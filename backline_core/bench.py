@@ -2,9 +2,11 @@
 
 Rounds are issued from native code (``bl_bench_rounds``) or, with ``driver="python"``,
 from a Python loop through :meth:`Session.round_into`. The floor is a minimal native
-shared-memory ping-pong between the same two CPUs (``bl_bench_floor``). Framework and
-floor run in interleaved blocks so both see the same machine state, and the report
-gives their ratio: absolute numbers on a shared VM move between runs; ratios do not.
+shared-memory ping-pong between the same two CPUs (``bl_bench_floor``), or the transport's
+own bare floor where its Transport record has ``bench_floor`` (rdma: RDMA WRITEs between two
+processes). Framework and floor run in interleaved blocks so both see the same machine
+state, and the report gives their ratio: absolute numbers on a shared VM move between
+runs; ratios do not.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import json
 import math
 import numbers
 import os
+import signal
+import socket
 import sys
 import time
 import zipfile
@@ -30,10 +34,12 @@ from .coprocessor_function import CoprocessorFunction
 from .deployment import deploy
 from .errors import BacklineError, from_status
 from .native import ffi, last_error, lib
-from .placement import RUNS_IN, Controller, Coprocessor, Placement
+from .placement import RUNS_IN, Controller, Coprocessor, Endpoint, Placement
 from .resolution import resolve
 
 PERCENTILES = (("p99", 99.0), ("p999", 99.9), ("p9999", 99.99), ("p99999", 99.999))
+#: the shared-memory floor's row in the report (a transport's own floor names itself)
+SHM_FLOOR_LABEL = "floor (bare shared-memory ping-pong)"
 STEANE_TABLE = (-1, 6, 4, 5, 0, 3, 1, 2)
 
 
@@ -60,6 +66,7 @@ class BenchConfig:
     block: int = 50_000
     warmup: int = 16
     progress: bool = False
+    host: str = "127.0.0.1"  # where the coprocessor and the floor responder listen (transports that need an endpoint)
 
     def validate(self) -> None:
         """Refuse a configuration the bench cannot run, with the option to change (before anything starts).
@@ -73,6 +80,8 @@ class BenchConfig:
                               ("--driver", self.driver), ("--cadence", self.cadence)):
             if not isinstance(value, str) or not value:
                 raise BacklineError(f"{option} {value!r}: must be a non-empty name")
+        if not isinstance(self.host, str) or not self.host.strip():
+            raise BacklineError(f"--host {self.host!r}: give an address of this machine, e.g. 127.0.0.1")
         if self.runs_in is not None and self.runs_in not in RUNS_IN:
             raise BacklineError(f"--runs-in {self.runs_in!r}: choose one of {', '.join(RUNS_IN)}")
         rounds = _integer("--rounds", self.rounds)
@@ -335,6 +344,10 @@ class BenchResult:
     lost: int = 0
     mismatched: int = 0
     timer_resolution_ns: float = 0.0
+    #: another tool's round trips in the same run (the rdma floor's perftest figures: name, command,
+    #: rounds, median_ns, p99_ns, p999_ns and perhaps mean_ns, min_ns, max_ns), or None
+    reference: dict[str, Any] | None = None
+    reference_note: str | None = None  # what the reference ran, or why there is none
 
     def to_json(self) -> dict[str, Any]:
         steady, floor = self.framework.stats(), self.floor.stats()
@@ -350,6 +363,14 @@ class BenchResult:
             "lost": self.lost,
             "mismatched": self.mismatched,
         }
+        if self.floor.name != SHM_FLOOR_LABEL:  # a transport's own floor
+            out["floor_name"] = self.floor.name
+        if self.reference is not None:
+            out["reference"] = dict(self.reference)
+            out["floor_to_reference"] = {key: floor[f"{key}_ns"] / self.reference[f"{key}_ns"]
+                                         for key in ("median", "p99") if self.reference.get(f"{key}_ns")}
+        if self.reference_note:
+            out["reference_note"] = self.reference_note
         if self.native is not None:
             native = self.native.stats()
             out["native"] = native
@@ -548,24 +569,95 @@ def run(cfg: BenchConfig, report: Callable[[str], None] = lambda s: None) -> Ben
     # Only keys the transport declares: pinning is a transport's own setting, not the core's.
     if cfg.coprocessor_cpu is not None and "cpu" in part.init_args and runs_in != "controller-thread":
         init_args["cpu"] = cfg.coprocessor_cpu
+    endpoint = Endpoint(host=cfg.host, port=free_port(cfg.host)) if part.needs_endpoint else None
     with contextlib.ExitStack() as stack:
         executor = stack.enter_context(_local_executor()) if runs_in == "executor" else None
+        name = f"bench-{os.getpid()}"
         placement = Placement(
             controller=Controller(name="bench-controller"),
-            coprocessors=[Coprocessor(name=f"bench-{os.getpid()}", coprocessor_fn=function,
-                                      runs_in=runs_in, executor=executor, init_args=init_args)],
+            coprocessors=[Coprocessor(name=name, coprocessor_fn=function, runs_in=runs_in, executor=executor,
+                                      init_args=init_args, endpoint=endpoint)],
             transport=cfg.transport,
         )
-        cfg.runs_in = resolve(placement).coprocessor(placement.coprocessors[0].name).runs_in
+        cfg.runs_in = resolve(placement).coprocessor(name).runs_in
+        floor = None
+        if part.bench_floor is not None:
+            # Started before this thread is pinned (its responder must not inherit the controller's
+            # CPU) and paused until its first block; the ExitStack stops it on every path.
+            floor = stack.enter_context(part.bench_floor(cfg, dict(init_args)))
+            floor.pause()
         old_affinity = os.sched_getaffinity(0)
         if cfg.controller_cpu is not None:
             os.sched_setaffinity(0, {cfg.controller_cpu})  # this thread only: it issues every round
         try:
             with deploy(placement, in_bytes=cfg.payload_bytes, out_bytes=out_bytes) as d:
-                return _measure(cfg, d.session(), report, table)
+                # A coprocessor that spins when idle would hold the floor's CPU: stopped during floor blocks.
+                spinner = _StoppedProcess(d.processes[name].pid) if part.idle == "spins" and name in d.processes \
+                    else None
+                try:
+                    return _measure(cfg, d.session(), report, table, floor=floor, spinner=spinner)
+                finally:
+                    if spinner is not None:
+                        spinner.resume()  # a stopped process takes no SIGTERM: it must run to stop cleanly
         finally:
             os.sched_setaffinity(0, old_affinity)
     raise AssertionError("unreachable")  # the with block returns or raises
+
+
+def free_port(host: str) -> int:
+    """A TCP port free on ``host`` now (bound to port 0, read, closed again)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as s:
+            s.bind(address)
+            return int(s.getsockname()[1])
+    except OSError as exc:
+        raise BacklineError(f"--host {host}: cannot listen there ({exc.strerror or exc}); give an address of this "
+                            "machine, e.g. 127.0.0.1") from None
+
+
+def _process_state(pid: int) -> str | None:
+    """The state letter of /proc/PID/stat (R, S, T, Z, ...), None once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def pause_process(pid: int, timeout: float = 5.0) -> None:
+    """SIGSTOP ``pid`` and wait until it is stopped (or gone: its peer finds that out at the next round)."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while _process_state(pid) not in ("T", "t", "Z", "X", None):
+        if time.monotonic() > deadline:
+            raise BacklineError(f"process {pid} did not stop within {timeout:g} s of SIGSTOP")
+        time.sleep(0.0005)
+
+
+def resume_process(pid: int) -> None:
+    """SIGCONT ``pid`` (nothing if it is gone)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
+
+
+class _StoppedProcess:
+    """A coprocessor process that spins when idle: paused (SIGSTOP) while the floor runs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.paused = pid, False
+
+    def pause(self) -> None:
+        pause_process(self.pid)
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            resume_process(self.pid)
+            self.paused = False
 
 
 def _local_executor() -> Any:
@@ -577,8 +669,17 @@ def _local_executor() -> Any:
 
 
 def _measure(cfg: BenchConfig, session: Any, report: Callable[[str], None],
-             table: tuple[bytes, bytes, int] | None) -> BenchResult:
+             table: tuple[bytes, bytes, int] | None, floor: Any = None,
+             spinner: _StoppedProcess | None = None) -> BenchResult:
+    """Round 0, then interleaved blocks of framework and floor rounds.
+
+    ``floor`` is a transport's own floor (Transport.bench_floor's value; paused on entry), else
+    the shared-memory one runs. ``spinner``, a coprocessor that spins when idle, is stopped
+    during the floor's blocks and continued before the framework's (their warm-up rounds
+    absorb its wake-up); the floor's responder is paused during the framework's. The caller
+    continues the spinner afterwards, whatever happened."""
     runner = _Runner(cfg)
+    run_floor = floor.run if floor is not None else runner.floor
     if table is not None:
         runner.set_table(*table)
     if cfg.driver not in ("native", "python"):
@@ -587,7 +688,7 @@ def _measure(cfg: BenchConfig, session: Any, report: Callable[[str], None],
     r0 = np.zeros(1, dtype=np.uint64)
     runner.framework(session, 0, r0)
     framework = np.zeros(steady, dtype=np.uint64)
-    floor = np.zeros(steady, dtype=np.uint64)
+    floor_ns = np.zeros(steady, dtype=np.uint64)
     native = np.zeros(steady, dtype=np.uint64) if cfg.driver != "native" else None
     warm = np.zeros(max(cfg.warmup, 1), dtype=np.uint64)
     done, first = 0, 1
@@ -596,7 +697,9 @@ def _measure(cfg: BenchConfig, session: Any, report: Callable[[str], None],
         n = min(cfg.block, steady - done)
         sl = slice(done, done + n)
         # Each block starts with unrecorded warm-up rounds, the same for every path:
-        # the idle coprocessor sleeps between blocks so the floor has its CPU to itself.
+        # the idle coprocessor sleeps (or is stopped) between blocks so the floor has its CPU to itself.
+        if spinner is not None:
+            spinner.resume()
         if cfg.warmup:
             runner.framework(session, first, warm[:cfg.warmup])
         if cfg.driver == "python":
@@ -607,10 +710,17 @@ def _measure(cfg: BenchConfig, session: Any, report: Callable[[str], None],
             runner.framework(session, first, native[sl])
         else:
             runner.framework(session, first, framework[sl])
-        time.sleep(0.002)  # let the poller go idle before the floor borrows its CPU
+        if spinner is not None:
+            spinner.pause()
+        else:
+            time.sleep(0.002)  # let the poller go idle before the floor borrows its CPU
+        if floor is not None:
+            floor.resume()
         if cfg.warmup:
-            runner.floor(first, warm[:cfg.warmup])
-        runner.floor(first, floor[sl])
+            run_floor(first, warm[:cfg.warmup])
+        run_floor(first, floor_ns[sl])
+        if floor is not None:
+            floor.pause()
         done += n
         first += n
         if cfg.progress:
@@ -620,15 +730,19 @@ def _measure(cfg: BenchConfig, session: Any, report: Callable[[str], None],
             report(f"\r[{bar:<30}] {100 * frac:5.1f}%  {done + 1:,}/{cfg.rounds:,} rounds  eta {eta:4.0f} s")
     if cfg.progress:
         report("\n")
+    # Another tool's figures for the same path, with the coprocessor and the responder still stopped.
+    reference = floor.reference() if floor is not None and hasattr(floor, "reference") else None
     return BenchResult(
         config=cfg,
         round0_ns=int(r0[0]),
         framework=Series(f"{cfg.transport}/{cfg.runs_in} ({cfg.driver} driver)", framework),
-        floor=Series("floor (bare shared-memory ping-pong)", floor),
+        floor=Series(getattr(floor, "label", SHM_FLOOR_LABEL) if floor is not None else SHM_FLOOR_LABEL, floor_ns),
         native=Series(f"{cfg.transport}/{cfg.runs_in} (native driver)", native) if native is not None else None,
         lost=runner.lost,
         mismatched=runner.mismatched,
         timer_resolution_ns=float(lib.bl_bench_timer_resolution_ns()),
+        reference=reference,
+        reference_note=getattr(floor, "reference_note", None) if floor is not None else None,
     )
 
 
@@ -651,9 +765,20 @@ def format_report(result: BenchResult) -> str:
             f"  {series.name:<44}{s['mean_ns'] / 1e3:10.3f}{s['median_ns'] / 1e3:10.3f}{s['p99_ns'] / 1e3:10.3f}"
             f"{s['p999_ns'] / 1e3:10.3f}{s['p9999_ns'] / 1e3:10.3f}{s['p99999_ns'] / 1e3:10.3f}{s['max_ns'] / 1e3:11.3f}"
         )
+    ref = result.reference
+    if ref is not None:  # only what the tool reports; the rest is "-"
+        cells = [f"{ref[k] / 1e3:{w}.3f}" if isinstance(ref.get(k), (int, float)) else f"{'-':>{w}}"
+                 for k, w in (("mean_ns", 10), ("median_ns", 10), ("p99_ns", 10), ("p999_ns", 10), ("p9999_ns", 10),
+                              ("p99999_ns", 10), ("max_ns", 11))]
+        lines.append(f"  {str(ref.get('name', 'reference')):<44}{''.join(cells)}")
     data = result.to_json()
     lines.append(f"framework/floor: median {data['ratio']['median']:.3f}x, P99 {data['ratio']['p99']:.3f}x, "
                  f"mean {data['ratio']['mean']:.3f}x (timer resolution {result.timer_resolution_ns:.1f} ns)")
+    if data.get("floor_to_reference"):
+        ratios = ", ".join(f"{'P99' if k == 'p99' else k} {v:.3f}x" for k, v in data["floor_to_reference"].items())
+        lines.append(f"floor/perftest: {ratios}")
+    if result.reference_note:
+        lines.append(result.reference_note)
     if "driver_adds_median_ns" in data:
         lines.append(f"{cfg.driver} driver adds {data['driver_adds_median_ns'] / 1e3:+.3f} us to the median over the "
                      f"native driver ({data['driver_to_native_median']:.3f}x)")

@@ -8,7 +8,8 @@ setup(
     ext_modules=[
         plain_library(
             "backline_transport_rdma.libbackline_transport_rdma",
-            sources=["backline_transport_rdma/native/rdma.c", "backline_transport_rdma/native/verbs.c"],
+            sources=["backline_transport_rdma/native/rdma.c", "backline_transport_rdma/native/verbs.c",
+                     "backline_transport_rdma/native/floor.c"],
             libraries=["ibverbs"],
         )
     ],

@@ -1,0 +1,182 @@
+"""The bench's bare RDMA floor and `backline bench --transport rdma` over a real verbs device.
+
+They run where libibverbs finds a device (the Soft-RoCE guest of ``guest/run-in-guest``);
+elsewhere the ``rdma_device`` fixture skips them. Under TCG Python runs ~14x slower and
+the scheduler makes the tails long: the checks are on what must hold (no round lost, every
+byte checked, nothing left running, a dead peer ends a round), not on latencies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from backline_core.errors import DeadlineError, PeerError
+from backline_transport_rdma import floor
+
+pytestmark = pytest.mark.usefixtures("rdma_device")
+
+HOST = "127.0.0.1"
+BENCH_TIMEOUT_S = 900
+
+
+def cpus() -> tuple[int | None, int | None]:
+    allowed = sorted(os.sched_getaffinity(0))
+    return (allowed[0], allowed[1]) if len(allowed) >= 2 else (None, None)
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def leftovers(*needles: bytes) -> list[str]:
+    """Processes whose command line holds one of ``needles`` (other than this one)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read()
+        except OSError:
+            continue
+        if any(n in cmd for n in needles):
+            shown = cmd.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{pid}: {shown}")
+    return found
+
+
+def test_floor_runs_2000_rounds_with_every_byte_checked() -> None:
+    controller, coprocessor = cpus()
+    out = np.zeros(2000, dtype=np.uint64)
+    with floor.Floor(HOST, 40, cpu=coprocessor, controller_cpu=controller) as f:
+        pid = f.pid
+        assert "RoCE v2" in f.description and f.label == "floor (bare RDMA WRITE ping-pong)"
+        for block in range(4):  # paused between blocks, as the bench does
+            f.resume()
+            f.run(1 + 500 * block, out[500 * block:500 * (block + 1)])  # raises on a lost or differing reply
+            f.pause()
+        f.resume()
+        print(f"floor: median {np.median(out) / 1e3:.1f} us, P99 {np.percentile(out, 99) / 1e3:.1f} us")
+    assert (out > 0).all()
+    assert gone(pid), "the responder outlived its Floor"
+
+
+def test_a_killed_responder_ends_the_round_with_an_error_not_a_hang() -> None:
+    with floor.Floor(HOST, 8, timeout_ms=500) as f:
+        out = np.zeros(50, dtype=np.uint64)
+        f.run(1, out)
+        os.kill(f.pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(PeerError, match="closed|failed"):
+            f.run(51, out)
+        assert time.monotonic() - t0 < 5.0
+        with pytest.raises(Exception, match="broken by an earlier failure"):
+            f.run(101, out[:1])  # the handle is done for
+
+
+def test_a_stopped_responder_ends_the_round_at_its_deadline() -> None:
+    with floor.Floor(HOST, 8, timeout_ms=300) as f:
+        out = np.zeros(10, dtype=np.uint64)
+        f.run(1, out)
+        f.pause()
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineError, match="did not answer round 11 within 300 ms"):
+            f.run(11, out)
+        assert time.monotonic() - t0 < 3.0
+        pid = f.pid
+    assert gone(pid), "a stopped responder outlived its Floor"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_framework_coprocessor_on_the_port_is_refused_clearly() -> None:
+    port = free_port()
+    serve = subprocess.Popen([sys.executable, "-m", "backline_core.cli", "coprocessor", "serve", "--transport", "rdma",
+                              "--key", "dec", "--fn", "steane", "--config", f"host={HOST};port={port}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert serve.stdout.readline().startswith("ready")
+        ffi, lib = floor.native()
+        err = ffi.new("char[]", lib.BL_RDMA_FLOOR_ERROR_BYTES)
+        out = ffi.new("bl_rdma_floor **")
+        rc = lib.bl_rdma_floor_open(HOST.encode(), port, b"", 0, -1, 8, 1000, out, err, len(err))
+        text = ffi.string(err).decode()
+        assert rc < 0 and out[0] == ffi.NULL
+        assert "floor" in text and "Backline rdma coprocessor" in text, text
+    finally:
+        serve.kill()
+        serve.wait(30)
+
+
+def test_the_responder_refuses_a_framework_controller_and_keeps_waiting() -> None:
+    # A framework controller's HELLO ("BLRD") on the floor's port is dropped; the right initiator still gets in.
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "backline_transport_rdma.floor", "serve", "--host", HOST,
+                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline().split("port=")[1].split()[0])
+        with socket.create_connection((HOST, port)) as s:
+            s.sendall(b"BLRD\x00\x01\x00\x01\x00\x00\x00\x48" + bytes(72))
+            try:
+                assert s.recv(1) == b""  # dropped (closed with the HELLO's body unread: perhaps a reset)
+            except ConnectionResetError:
+                pass
+        ffi, lib = floor.native()
+        err = ffi.new("char[]", lib.BL_RDMA_FLOOR_ERROR_BYTES)
+        out = ffi.new("bl_rdma_floor **")
+        assert lib.bl_rdma_floor_open(HOST.encode(), port, b"", 0, -1, 8, 1000, out, err, len(err)) == 0, \
+            ffi.string(err)
+        rtt = np.zeros(10, dtype=np.uint64)
+        res = ffi.new("bl_bench_result *")
+        assert lib.bl_rdma_floor_rounds(out[0], 0, 10, ffi.from_buffer("uint64_t[]", rtt), res) == 0
+        assert (res.done, res.lost, res.mismatched) == (10, 0, 0)
+        lib.bl_rdma_floor_close(out[0])
+        assert proc.wait(30) == 0  # its initiator disconnected: it is done
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)
+
+
+@pytest.mark.parametrize("extra", [["--coprocessor-fn", "echo"],
+                                   ["--coprocessor-fn", "steane", "--payload-bytes", "1"]], ids=["echo", "steane"])
+def test_bench_rdma_prints_framework_floor_and_perftest(extra, tmp_path) -> None:
+    out_json = tmp_path / "bench.json"
+    controller, coprocessor = cpus()
+    cpu_args = ["--controller-cpu", str(controller), "--coprocessor-cpu", str(coprocessor)] if controller is not None \
+        else ["--controller-cpu", "none", "--coprocessor-cpu", "none"]
+    result = subprocess.run([sys.executable, "-m", "backline_core.cli", "bench", "--transport", "rdma", "--rounds",
+                             "20000", "--block", "5000", "--no-progress", "--json", str(out_json), *cpu_args, *extra],
+                            capture_output=True, text=True, timeout=BENCH_TIMEOUT_S, cwd=str(tmp_path))
+    print(result.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = result.stdout
+    for needle in ("rdma/process (native driver)", "floor (bare RDMA WRITE ping-pong)",
+                   "perftest ib_write_lat (2 x one-way)", "framework/floor: median", "floor/perftest: median",
+                   "perftest ran after the last block", "lost: 0  mismatched replies: 0"):
+        assert needle in text, f"{needle!r} missing from:\n{text}"
+    data = json.loads(out_json.read_text())
+    assert data["floor_name"] == "floor (bare RDMA WRITE ping-pong)"
+    assert data["steady"]["rounds"] == 19999 and data["floor"]["rounds"] == 19999
+    ref = data["reference"]
+    assert ref["rounds"] == 20000  # min(--rounds, 100000)
+    assert all(ref[k] > 0 for k in ("median_ns", "p99_ns", "p999_ns"))
+    assert data["lost"] == 0 and data["mismatched"] == 0
+    left = leftovers(b"backline_transport_rdma.floor", b"ib_write_lat", b"coprocessor\0serve")
+    assert not left, f"left running: {left}"
