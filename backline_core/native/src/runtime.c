@@ -913,6 +913,7 @@ static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header
     uint32_t slot = (uint32_t)((seq - 1) & s->mask);
     const bl_frame_header *h = (const bl_frame_header *)(s->rx_ring + (size_t)slot * s->slot_bytes);
     uint64_t now = 0;
+    if (s->ch.poll) s->ch.poll(s->ch.impl);
     if (BL_UNLIKELY(bl__load_acquire(&h->seq) != seq)) {
         /* The clock is read only every 256 spins, not before the first: a clock read costs
          * ~20 ns here, and a reply that lands during it would be seen that much later. The
@@ -920,6 +921,7 @@ static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header
         uint64_t deadline = 0, next_alive = 0;
         for (uint32_t spins = 1;; ++spins) {
             bl_cpu_relax();
+            if (s->ch.poll) s->ch.poll(s->ch.impl);
             if (bl__load_acquire(&h->seq) == seq) break;
             if ((spins & 255) == 0) {
                 now = bl__now();
@@ -1073,9 +1075,11 @@ BL_API int32_t bl_serve_pending(bl_session *s) {
         return expect_state(s, "serve", ST_STARTED);
     }
     int32_t n = 0;
+    if (s->ch.poll) s->ch.poll(s->ch.impl);
     while (ready(s, s->served + 1)) {
         answer(s, s->served + 1);
         ++n;
+        if (s->ch.poll) s->ch.poll(s->ch.impl);
     }
     return n;
 }
@@ -1097,9 +1101,12 @@ BL_API int32_t bl_serve(bl_session *s) {
     if (rc < 0) return rc;
     uint64_t idle_since = bl__now();
     for (uint32_t spins = 0; !s->stop_flag;) {
+        if (s->ch.poll) s->ch.poll(s->ch.impl);
         if (ready(s, s->served + 1)) {
-            do answer(s, s->served + 1);
-            while (ready(s, s->served + 1));
+            do {
+                answer(s, s->served + 1);
+                if (s->ch.poll) s->ch.poll(s->ch.impl);
+            } while (ready(s, s->served + 1));
             spins = 0;
             idle_since = 0;
             continue;

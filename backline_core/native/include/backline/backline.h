@@ -24,7 +24,8 @@ extern "C" {
 
 /* 2: the node's place (bl_runs_in) in bl_session_create and bl_open_args; configuration
  * parsed once by the core and read by backends through bl_host_api accessors.
- * 3: bl_host_api.error_text, so a deliver or peer_alive hook can say why it failed. */
+ * 3: bl_host_api.error_text, so a deliver or peer_alive hook can say why it failed;
+ *    bl_channel.poll, for backends whose frames arrive as completions (rdma). */
 #define BACKLINE_ABI_VERSION 3
 
 #if defined(__GNUC__)
@@ -236,6 +237,11 @@ typedef struct bl_channel {
     uint32_t *doorbell;
     int32_t doorbell_shared; /* 1: the futex word is shared between processes */
     void *impl;
+    /* Called on every turn of a wait for a frame (a collect, a serving coprocessor), before
+     * the frame's sequence number is read: a backend that learns of arrivals from a
+     * completion queue publishes them here, storing the sequence number with release order
+     * once the frame is in memory (NULL: frames publish themselves). */
+    void (*poll)(void *impl);
 } bl_channel;
 
 /* Services of the core a backend may call (passed to open). The configuration string is

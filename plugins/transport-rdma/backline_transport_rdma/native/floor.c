@@ -209,7 +209,7 @@ static int32_t make_path(struct bl_rdma_floor *h, uint32_t payload_bytes) {
     h->stride = (h->msg_bytes + 63u) & ~63u;
     int32_t rc = rv_memory_alloc(&h->dev, &h->mem, RV_MEMORY_HOST, 2 * (size_t)h->stride, h->error, sizeof h->error);
     if (rc) return rc;
-    if ((rc = rv_qp_create(&h->dev, &h->q, h->error, sizeof h->error))) return rc;
+    if ((rc = rv_qp_create(&h->dev, &h->q, 0, h->error, sizeof h->error))) return rc;
     h->signal_every = h->q.sq_depth / 4 ? h->q.sq_depth / 4 : 1;
     h->sge.lkey = h->mem.mr->lkey;
     h->sge.length = h->msg_bytes;

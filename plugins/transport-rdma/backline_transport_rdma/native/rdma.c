@@ -3,23 +3,19 @@
  *
  * Each side keeps both rings in its own memory, registered once: the core writes a frame
  * into this side's ring as it would for memcpy, and the deliver hook copies it into the
- * same slot of the peer's ring with two RDMA WRITEs posted together -- first the frame less
- * its 8-byte sequence number (header fields and payload), then the sequence number. The
- * receiver's core spins on that sequence number with acquire loads, as it does on shared
- * memory. Why this order is seen in this order (docs/rdma.md, "Ordering"): a reliable
- * connection executes a QP's WRITEs in the order they were posted, and places each one's
- * data before the next; on a NIC that holds because its DMA writes to host memory are
- * posted PCIe writes, which PCIe keeps in order unless relaxed ordering is allowed (this
- * backend never registers memory with IBV_ACCESS_RELAXED_ORDERING); on Soft-RoCE the
- * responder copies each packet with the CPU in PSN order. One WRITE would not do: the
- * sequence number leads the frame, and a WRITE's bytes land lowest address first.
+ * same slot of the peer's ring with one RDMA WRITE_WITH_IMM of the frame less its 8-byte
+ * sequence number, whose low 32 bits are the immediate. The peer's poll hook, which the core
+ * calls while it waits for a frame, takes the receive completion and only then stores the
+ * sequence number into its own ring with release order; the core's acquire load of it then
+ * sees the whole frame. The verbs specification guarantees that ordering: a WRITE_WITH_IMM's
+ * receive completion comes after its data is in memory (docs/rdma.md, "Ordering").
  *
- * Round path (deliver): patch two prebuilt work requests, ibv_post_send, and now and
- * then reap a completion. Only every (send-queue depth / 4)-th frame is signaled; the
- * completions are reaped without waiting while a frame is delivered, and a deliver waits
- * for one only if the send queue would otherwise overflow. No allocation, no lock, no
- * system call of this backend's on that path (Soft-RoCE's provider makes one inside
- * ibv_post_send: that is its doorbell; a NIC's is a write to device memory).
+ * Round path: deliver patches one prebuilt work request and posts it, now and then reaping a
+ * send completion (only every (send-queue depth / 4)-th frame is signaled; a deliver waits
+ * for one only if the send queue would otherwise overflow); poll reaps receive completions
+ * and re-posts receive entries 16 at a time. No allocation, lock or system call of this
+ * backend's on that path (Soft-RoCE's provider makes one inside ibv_post_send: that is its
+ * doorbell; a NIC's is a write to device memory).
  *
  * Control plane: the coprocessor listens on its Endpoint (host, port: the keys `host` and
  * `port` the core passes both sides), the controller dials. A versioned handshake in
@@ -44,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -61,6 +58,8 @@ enum { HS_HELLO = 1, HS_OFFER = 2, HS_CONNECT = 3, HS_READY = 4 };
 #define HS_MAX_BODY OFFER_BYTES
 
 #define BL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define BL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define REPOST_BATCH 16u /* receive entries are posted again this many at a time */
 
 static const char *const config_keys[] = {"host", "port", "device", "ib_port", "gid_index", "cpu", "rt_priority", NULL};
 
@@ -75,8 +74,10 @@ struct link {
     uint64_t posted_wqes;  /* work requests posted */
     uint64_t reaped_wqes;  /* covered by a reaped signaled completion */
     int dead;              /* an error completion was seen */
-    struct ibv_sge sge[2];
-    struct ibv_send_wr wr[2];
+    struct ibv_sge sge;
+    struct ibv_send_wr wr;
+    uint32_t to_repost;    /* receive entries consumed and not yet posted again */
+    struct ibv_recv_wr rwr[REPOST_BATCH];
     char error[200];
 };
 
@@ -100,6 +101,7 @@ struct rd {
     int fd;
     rv_peer offered;
     uint64_t base; /* rounds the coprocessor had served when this controller connected */
+    uint64_t received; /* frames published into this side's receive ring (the poller's or the round thread's) */
     /* coprocessor: the listening socket, the acceptor thread and the link handed to the poller */
     int listen_fd, stop_fd, ctl_fd;
     struct link *next_link; /* published by the acceptor, taken by the poller at its next deliver */
@@ -128,39 +130,52 @@ static size_t receive_ring_offset(const struct rd *m) {
 
 /* ---- the send queue ---- */
 
-static struct link *link_new(struct rd *m, char *err, size_t n, int32_t *rc) {
-    struct link *l = calloc(1, sizeof *l);
-    if (!l) {
-        *rc = err_out(err, n, BL_ENOMEM, "out of memory");
-        return NULL;
-    }
-    *rc = rv_qp_create(&m->dev, &l->q, err, n);
-    if (*rc) {
-        free(l);
-        return NULL;
-    }
-    l->signal_every = l->q.sq_depth / 4 ? l->q.sq_depth / 4 : 1;
-    for (int i = 0; i < 2; ++i) {
-        l->sge[i].lkey = m->mem.mr->lkey;
-        l->wr[i].sg_list = &l->sge[i];
-        l->wr[i].num_sge = 1;
-        l->wr[i].opcode = IBV_WR_RDMA_WRITE;
-    }
-    l->wr[0].next = &l->wr[1];
-    l->sge[1].length = 8;
-    return l;
-}
-
 static void link_free(struct link *l) {
     if (!l) return;
     rv_qp_destroy(&l->q);
     free(l);
 }
 
+static struct link *link_new(struct rd *m, char *err, size_t n, int32_t *rc) {
+    struct link *l = calloc(1, sizeof *l);
+    if (!l) {
+        *rc = err_out(err, n, BL_ENOMEM, "out of memory");
+        return NULL;
+    }
+    /* Every frame in flight toward this side holds a receive entry until it is polled. */
+    *rc = rv_qp_create(&m->dev, &l->q, m->slots + REPOST_BATCH, err, n);
+    if (*rc) {
+        free(l);
+        return NULL;
+    }
+    l->signal_every = l->q.sq_depth / 4 ? l->q.sq_depth / 4 : 1;
+    l->sge.lkey = m->mem.mr->lkey;
+    l->wr.sg_list = &l->sge;
+    l->wr.num_sge = 1;
+    l->wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    for (uint32_t i = 0; i < REPOST_BATCH; ++i) /* WRITE_WITH_IMM consumes an entry but no buffer */
+        l->rwr[i].next = i + 1 < REPOST_BATCH ? &l->rwr[i + 1] : NULL;
+    for (uint32_t posted = 0; posted < l->q.rq_depth;) {
+        uint32_t k = l->q.rq_depth - posted < REPOST_BATCH ? l->q.rq_depth - posted : REPOST_BATCH;
+        struct ibv_recv_wr *bad = NULL;
+        l->rwr[k - 1].next = NULL;
+        int e = ibv_post_recv(l->q.qp, l->rwr, &bad);
+        l->rwr[k - 1].next = k < REPOST_BATCH ? &l->rwr[k] : NULL;
+        if (e) {
+            *rc = err_out(err, n, BL_EBACKEND, "ibv_post_recv: %s", strerror(e));
+            link_free(l);
+            return NULL;
+        }
+        posted += k;
+    }
+    return l;
+}
+
+
 static void link_aim(struct link *l, const rv_peer *peer) {
     l->remote_ring = peer->ring_addr;
     l->rkey = peer->rkey;
-    l->wr[0].wr.rdma.rkey = l->wr[1].wr.rdma.rkey = peer->rkey;
+    l->wr.wr.rdma.rkey = peer->rkey;
 }
 
 /* Reap what has completed; wait (until the deadline) while fewer than `room` entries are free. */
@@ -198,35 +213,71 @@ static int32_t reap(struct link *l, uint32_t room, uint64_t deadline_ns_from_now
     }
 }
 
-/* Copy the frame in `slot` of this side's ring `which` into the same slot of the peer's. */
-static int32_t send_frame(struct rd *m, struct link *l, int which, uint32_t slot) {
+/* Copy the frame in `slot` of this side's ring `which` into the same slot of the peer's:
+ * one RDMA WRITE_WITH_IMM of the frame less its sequence number, whose low 32 bits ride in
+ * the immediate; the peer's poll hook publishes the sequence number once the completion
+ * says the data is in its memory. */
+static int32_t send_frame(struct rd *m, struct link *l, int which, uint64_t seq, uint32_t slot) {
     if (BL_UNLIKELY(l->dead)) return BL_EPEER;
-    int32_t rc = reap(l, 2, m->timeout_ns, m->host);
+    int32_t rc = reap(l, 1, m->timeout_ns, m->host);
     if (BL_UNLIKELY(rc)) return rc;
     uint8_t *frame = ring(m, which) + (size_t)slot * m->slot_bytes;
     uint32_t body = BL_FRAME_HEADER_BYTES - 8 + ((const bl_frame_header *)frame)->len;
-    uint64_t remote = l->remote_ring + (uint64_t)slot * m->slot_bytes;
-    l->sge[0].addr = (uintptr_t)(frame + 8);
-    l->sge[0].length = body;
-    l->sge[1].addr = (uintptr_t)frame;
-    l->wr[0].wr.rdma.remote_addr = remote + 8;
-    l->wr[1].wr.rdma.remote_addr = remote;
-    l->wr[0].send_flags = body <= l->q.max_inline ? IBV_SEND_INLINE : 0;
-    l->wr[1].send_flags = 8 <= l->q.max_inline ? IBV_SEND_INLINE : 0;
-    l->posted_wqes += 2;
+    l->sge.addr = (uintptr_t)(frame + 8);
+    l->sge.length = body;
+    l->wr.wr.rdma.remote_addr = l->remote_ring + (uint64_t)slot * m->slot_bytes + 8;
+    l->wr.imm_data = htonl((uint32_t)seq);
+    l->wr.send_flags = body <= l->q.max_inline ? IBV_SEND_INLINE : 0;
+    l->posted_wqes += 1;
     if (++l->since_signal >= l->signal_every) {
         l->since_signal = 0;
-        l->wr[1].send_flags |= IBV_SEND_SIGNALED;
-        l->wr[1].wr_id = l->posted_wqes; /* this completion frees every entry up to here */
+        l->wr.send_flags |= IBV_SEND_SIGNALED;
+        l->wr.wr_id = l->posted_wqes; /* this completion frees every entry up to here */
     }
     struct ibv_send_wr *bad = NULL;
-    int e = ibv_post_send(l->q.qp, l->wr, &bad);
+    int e = ibv_post_send(l->q.qp, &l->wr, &bad);
     if (BL_UNLIKELY(e)) {
         snprintf(l->error, sizeof l->error, "ibv_post_send failed: %s", strerror(e));
         l->dead = 1;
         return BL_EPEER;
     }
     return BL_OK;
+}
+
+/* Publish the frames that have arrived on `l` into ring `which`, in order. */
+static void receive(struct rd *m, struct link *l, int which) {
+    struct ibv_wc wc[8];
+    int got = ibv_poll_cq(l->q.rcq, 8, wc);
+    if (BL_LIKELY(got == 0)) return;
+    for (int i = 0; i < got; ++i) {
+        uint64_t seq = m->received + 1;
+        if (BL_UNLIKELY(wc[i].status != IBV_WC_SUCCESS || wc[i].opcode != IBV_WC_RECV_RDMA_WITH_IMM ||
+                        ntohl(wc[i].imm_data) != (uint32_t)seq)) {
+            if (!l->dead) {
+                if (wc[i].status != IBV_WC_SUCCESS)
+                    snprintf(l->error, sizeof l->error, "the queue pair failed: %s (verbs status %d)",
+                             ibv_wc_status_str(wc[i].status), (int)wc[i].status);
+                else
+                    snprintf(l->error, sizeof l->error, "the peer broke the protocol: frame %u arrived where %llu "
+                             "was due", ntohl(wc[i].imm_data), (unsigned long long)seq);
+            }
+            l->dead = 1;
+            return;
+        }
+        uint32_t slot = (uint32_t)((seq - 1) & (m->slots - 1));
+        __atomic_store_n((uint64_t *)(ring(m, which) + (size_t)slot * m->slot_bytes), seq, __ATOMIC_RELEASE);
+        m->received = seq;
+    }
+    l->to_repost += (uint32_t)got;
+    if (l->to_repost >= REPOST_BATCH) {
+        struct ibv_recv_wr *bad = NULL;
+        if (BL_UNLIKELY(ibv_post_recv(l->q.qp, l->rwr, &bad))) {
+            snprintf(l->error, sizeof l->error, "ibv_post_recv failed");
+            l->dead = 1;
+            return;
+        }
+        l->to_repost -= REPOST_BATCH;
+    }
 }
 
 /* ---- handshake messages ---- */
@@ -440,11 +491,15 @@ static int32_t ctl_exchange(struct rd *m, uint64_t deadline, char *err, size_t n
 }
 
 static int32_t ctl_deliver(void *impl, uint64_t seq, uint32_t slot) {
-    (void)seq;
     struct rd *m = impl;
-    int32_t rc = send_frame(m, m->link, 0, slot);
+    int32_t rc = send_frame(m, m->link, 0, seq, slot);
     if (BL_UNLIKELY(rc)) m->host->error_text(m->link->error);
     return rc;
+}
+
+static void ctl_poll(void *impl) {
+    struct rd *m = impl;
+    receive(m, m->link, 1);
 }
 
 static int32_t ctl_alive(void *impl) {
@@ -616,20 +671,29 @@ static void *acceptor(void *arg) {
     return NULL;
 }
 
-static int32_t cop_deliver(void *impl, uint64_t seq, uint32_t slot) {
-    (void)seq;
-    struct rd *m = impl;
+/* The link of the current controller. A new one, published by the acceptor, is taken here:
+ * only the poller thread uses links once taken, so the last controller's can go now. */
+static struct link *current_link(struct rd *m) {
     struct link *next = __atomic_load_n(&m->next_link, __ATOMIC_ACQUIRE);
-    if (BL_UNLIKELY(next != NULL)) {
-        /* A new controller: from now on replies go to it. Only this thread uses links once
-         * taken, so the last controller's can go now. */
-        if (__atomic_compare_exchange_n(&m->next_link, &next, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-            link_free(m->link);
-            m->link = next;
-        }
+    if (BL_UNLIKELY(next != NULL) &&
+        __atomic_compare_exchange_n(&m->next_link, &next, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        link_free(m->link);
+        m->link = next;
     }
-    if (BL_UNLIKELY(!m->link)) return BL_EPEER;
-    return send_frame(m, m->link, 1, slot);
+    return m->link;
+}
+
+static void cop_poll(void *impl) {
+    struct rd *m = impl;
+    struct link *l = current_link(m);
+    if (BL_LIKELY(l != NULL)) receive(m, l, 0);
+}
+
+static int32_t cop_deliver(void *impl, uint64_t seq, uint32_t slot) {
+    struct rd *m = impl;
+    struct link *l = current_link(m);
+    if (BL_UNLIKELY(!l)) return BL_EPEER;
+    return send_frame(m, l, 1, seq, slot);
 }
 
 static void *poller(void *arg) {
@@ -705,7 +769,9 @@ static int32_t rd_establish(void *impl, bl_channel *ch, uint64_t deadline, char 
     ch->impl = m;
     if (m->role == BL_CONTROLLER) {
         ch->deliver = ctl_deliver;
+        ch->poll = ctl_poll;
         ch->peer_alive = ctl_alive;
+        m->received = m->base; /* replies to this controller's rounds come after the base */
         if (m->base) {
             /* What a shared ring would show after the last controller's rounds: the core then
              * numbers this controller's rounds from base + 1, as the coprocessor expects. */
@@ -715,6 +781,7 @@ static int32_t rd_establish(void *impl, bl_channel *ch, uint64_t deadline, char 
         }
     } else {
         ch->deliver = cop_deliver;
+        ch->poll = cop_poll;
     }
     return BL_OK;
 }

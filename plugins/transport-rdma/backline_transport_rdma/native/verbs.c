@@ -330,20 +330,33 @@ void rv_memory_free(rv_memory *m) {
 
 /* ---- queue pairs ---- */
 
-int32_t rv_qp_create(rv_device *d, rv_qp *q, char *err, size_t n) {
+int32_t rv_qp_create(rv_device *d, rv_qp *q, uint32_t rq_depth, char *err, size_t n) {
     memset(q, 0, sizeof *q);
     q->sq_depth = RV_SQ_DEPTH < d->max_qp_wr ? RV_SQ_DEPTH : d->max_qp_wr;
+    if (rq_depth > d->max_qp_wr)
+        return fail(err, n, BL_EINVAL, "a ring of %u slots needs %u receive entries, but %s queues at most %u; use "
+                    "fewer slots", rq_depth, rq_depth, d->name, d->max_qp_wr);
+    q->rq_depth = rq_depth;
     q->cq = ibv_create_cq(d->ctx, (int)q->sq_depth + 1, NULL, NULL, 0);
     if (!q->cq) return fail(err, n, BL_EBACKEND, "ibv_create_cq on %s: %s", d->name, strerror(errno));
+    if (rq_depth) {
+        q->rcq = ibv_create_cq(d->ctx, (int)rq_depth + 1, NULL, NULL, 0);
+        if (!q->rcq) {
+            int e = errno;
+            rv_qp_destroy(q);
+            return fail(err, n, BL_EBACKEND, "ibv_create_cq (%u receive entries) on %s: %s", rq_depth, d->name,
+                        strerror(e));
+        }
+    }
     struct ibv_qp_init_attr ia;
     for (uint32_t want = RV_WANT_INLINE;; want = 0) {
         memset(&ia, 0, sizeof ia);
         ia.send_cq = q->cq;
-        ia.recv_cq = q->cq;
+        ia.recv_cq = q->rcq ? q->rcq : q->cq;
         ia.qp_type = IBV_QPT_RC;
         ia.sq_sig_all = 0;
         ia.cap.max_send_wr = q->sq_depth;
-        ia.cap.max_recv_wr = 1;
+        ia.cap.max_recv_wr = rq_depth ? rq_depth : 1;
         ia.cap.max_send_sge = 1;
         ia.cap.max_recv_sge = 1;
         ia.cap.max_inline_data = want;
@@ -352,8 +365,7 @@ int32_t rv_qp_create(rv_device *d, rv_qp *q, char *err, size_t n) {
     }
     if (!q->qp) {
         int e = errno;
-        ibv_destroy_cq(q->cq);
-        q->cq = NULL;
+        rv_qp_destroy(q);
         return fail(err, n, BL_EBACKEND, "ibv_create_qp (RC, %u send entries) on %s: %s", q->sq_depth, d->name,
                     strerror(e));
     }
@@ -415,8 +427,10 @@ int32_t rv_qp_connect(rv_device *d, rv_qp *q, const rv_peer *remote, char *err, 
 void rv_qp_destroy(rv_qp *q) {
     if (q->qp) ibv_destroy_qp(q->qp);
     if (q->cq) ibv_destroy_cq(q->cq);
+    if (q->rcq) ibv_destroy_cq(q->rcq);
     q->qp = NULL;
     q->cq = NULL;
+    q->rcq = NULL;
 }
 
 void rv_peer_local(const rv_device *d, const rv_qp *q, const rv_memory *m, size_t ring_offset, rv_peer *out) {

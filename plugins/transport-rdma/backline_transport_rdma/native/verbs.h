@@ -47,12 +47,15 @@ typedef struct rv_memory {
     struct ibv_mr *mr;
 } rv_memory;
 
-/* One RC queue pair with its own completion queue (the send side's). */
+/* One RC queue pair with its send completion queue and, when it receives completions
+ * (rq_depth > 0: WRITE_WITH_IMM arrivals), a receive completion queue of its own. */
 typedef struct rv_qp {
     struct ibv_cq *cq;
+    struct ibv_cq *rcq;
     struct ibv_qp *qp;
     uint32_t psn;
     uint32_t sq_depth;
+    uint32_t rq_depth;
     uint32_t max_inline;
 } rv_qp;
 
@@ -78,7 +81,9 @@ void rv_describe(const rv_device *d, char *out, size_t n);
 int32_t rv_memory_alloc(rv_device *d, rv_memory *m, rv_memory_kind kind, size_t bytes, char *err, size_t n);
 void rv_memory_free(rv_memory *m);
 
-int32_t rv_qp_create(rv_device *d, rv_qp *q, char *err, size_t n);
+/* rq_depth: receive entries (0: none; the floor polls memory). More than the device's
+ * max_qp_wr is an error naming both. */
+int32_t rv_qp_create(rv_device *d, rv_qp *q, uint32_t rq_depth, char *err, size_t n);
 /* INIT -> RTR -> RTS against `remote`; path MTU = the smaller of the two ports'. */
 int32_t rv_qp_connect(rv_device *d, rv_qp *q, const rv_peer *remote, char *err, size_t n);
 void rv_qp_destroy(rv_qp *q);

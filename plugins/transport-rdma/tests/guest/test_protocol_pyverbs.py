@@ -3,8 +3,9 @@
 It shares no code with the backend (native/rdma.c): its own queue pair and registered memory
 for the reply ring, the HELLO / OFFER / CONNECT / READY handshake packed with ``struct`` in
 network order, and each request frame (docs/wire-format.md: a little-endian 32-byte header,
-then the payload) copied into the coprocessor's request ring with two RDMA WRITEs: bytes
-8..32+len to slot+8, then the 8-byte sequence number to slot+0. The peer is a real
+then the payload) copied into the coprocessor's request ring with one RDMA WRITE_WITH_IMM:
+bytes 8..32+len to slot+8, the low 32 bits of the sequence number as the immediate. Replies
+arrive the same way: a receive completion whose immediate names the round. The peer is a real
 ``backline coprocessor serve --transport rdma`` process, shared by the tests of this module
 (each test starts where the last left the round sequence, which the OFFER reports).
 """
@@ -178,6 +179,7 @@ class VerbsController:
         self.ctx = Context(name=device)
         self.pd = PD(self.ctx)
         self.cq = CQ(self.ctx, 16)
+        self.rcq = CQ(self.ctx, 16)  # arrivals: one completion per reply
         self.ib_port = 1
         self.port_attr = self.ctx.query_port(self.ib_port)
         self.gid_index, self.gid = self._roce_v2_ipv4_gid()
@@ -211,8 +213,12 @@ class VerbsController:
         self.replies = MR(self.pd, ring_bytes, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
         self.replies.write(bytes(ring_bytes), ring_bytes, 0)
         self.requests = MR(self.pd, ring_bytes, e.IBV_ACCESS_LOCAL_WRITE)  # frames are staged here, then written
-        cap = QPCap(max_send_wr=16, max_recv_wr=1, max_send_sge=1, max_recv_sge=1)
-        self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap, sq_sig_all=0))
+        cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=1, max_recv_sge=1)
+        self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.rcq, cap=cap, sq_sig_all=0))
+        from pyverbs.wr import RecvWR
+
+        for _ in range(16):  # a WRITE_WITH_IMM consumes a receive entry (and no buffer)
+            self.qp.post_recv(RecvWR(num_sge=0))
         psn = random.getrandbits(24)
         dgid = GID(":".join(offer.peer.gid[i:i + 2].hex() for i in range(0, 16, 2)))
         attr = QPAttr(port_num=self.ib_port)
@@ -241,29 +247,39 @@ class VerbsController:
         frame = FRAME.pack(self.seq, len(payload), decoder_id, 0, 0, 0) + payload
         self.requests.write(frame, len(frame), off)
         remote = offer.peer.ring + off
-        seq_wr = SendWR(wr_id=self.seq, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
-                        sg=[SGE(self.requests.buf + off, 8, self.requests.lkey)], send_flags=e.IBV_SEND_SIGNALED)
-        seq_wr.set_wr_rdma(offer.peer.rkey, remote)
-        body_wr = SendWR(opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
-                         sg=[SGE(self.requests.buf + off + 8, len(frame) - 8, self.requests.lkey)], send_flags=0,
-                         next_wr=seq_wr)
-        body_wr.set_wr_rdma(offer.peer.rkey, remote + 8)
-        self.qp.post_send(body_wr)  # the rest of the frame first, then its sequence number
+        wr = SendWR(wr_id=self.seq, opcode=e.IBV_WR_RDMA_WRITE_WITH_IMM, num_sge=1,
+                    imm_data=socket.htonl(self.seq & 0xFFFFFFFF),
+                    sg=[SGE(self.requests.buf + off + 8, len(frame) - 8, self.requests.lkey)],
+                    send_flags=e.IBV_SEND_SIGNALED)
+        wr.set_wr_rdma(offer.peer.rkey, remote + 8)
+        self.qp.post_send(wr)  # the frame less its sequence number, which is the immediate
         deadline = time.monotonic() + STEP_S
         while True:
             n, wcs = self.cq.poll(num_entries=1)
             if n:
                 assert (wcs[0].status, wcs[0].wr_id) == (e.IBV_WC_SUCCESS, self.seq), wcs[0]
                 return self.seq
-            assert time.monotonic() < deadline, f"no completion for the WRITEs of round {self.seq}"
+            assert time.monotonic() < deadline, f"no completion for the WRITE of round {self.seq}"
 
     def reply(self, seq: int) -> tuple[tuple[int, ...], bytes]:
-        """Wait for round ``seq``'s reply in the reply ring: (header fields, payload)."""
-        off = ((seq - 1) & (self.offer.slots - 1)) * self.offer.slot_bytes
+        """Wait for round ``seq``'s reply (its receive completion): (header fields, payload).
+
+        The sequence number is the completion's immediate; the coprocessor does not write it."""
+        from pyverbs.wr import RecvWR
+
+        e = self.e
         deadline = time.monotonic() + STEP_S
-        while struct.unpack("<Q", self.replies.read(8, off))[0] != seq:
+        while True:
+            n, wcs = self.rcq.poll(num_entries=1)
+            if n:
+                break
             assert time.monotonic() < deadline, f"no reply to round {seq}"
-        header = FRAME.unpack(self.replies.read(FRAME.size, off))
+        wc = wcs[0]
+        assert (wc.status, wc.opcode, socket.ntohl(wc.imm_data)) == \
+            (e.IBV_WC_SUCCESS, e.IBV_WC_RECV_RDMA_WITH_IMM, seq & 0xFFFFFFFF), wc
+        self.qp.post_recv(RecvWR(num_sge=0))
+        off = ((seq - 1) & (self.offer.slots - 1)) * self.offer.slot_bytes
+        header = (seq, *FRAME.unpack(self.replies.read(FRAME.size, off))[1:])
         return header, self.replies.read(header[1], off + FRAME.size) if header[1] else b""
 
     def close(self) -> None:
