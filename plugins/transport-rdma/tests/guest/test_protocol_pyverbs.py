@@ -215,10 +215,12 @@ class VerbsController:
         self.requests = MR(self.pd, ring_bytes, e.IBV_ACCESS_LOCAL_WRITE)  # frames are staged here, then written
         cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=1, max_recv_sge=1)
         self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.rcq, cap=cap, sq_sig_all=0))
-        from pyverbs.wr import RecvWR
+        from pyverbs.wr import SGE, RecvWR
 
-        for _ in range(16):  # a WRITE_WITH_IMM consumes a receive entry (and no buffer)
-            self.qp.post_recv(RecvWR(num_sge=0))
+        # A WRITE_WITH_IMM consumes a receive entry but writes nothing into its buffer; pyverbs
+        # wants one SGE per entry, so each names this small, never-written sink.
+        self.sink = MR(self.pd, 64, e.IBV_ACCESS_LOCAL_WRITE)
+        self.recv_wr = lambda: RecvWR(num_sge=1, sg=[SGE(self.sink.buf, 64, self.sink.lkey)])
         psn = random.getrandbits(24)
         dgid = GID(":".join(offer.peer.gid[i:i + 2].hex() for i in range(0, 16, 2)))
         attr = QPAttr(port_num=self.ib_port)
@@ -232,6 +234,8 @@ class VerbsController:
         attr.ah_attr = AHAttr(is_global=1, port_num=self.ib_port,
                               gr=GlobalRoute(dgid=dgid, sgid_index=self.gid_index, hop_limit=64))
         self.qp.to_rts(attr)
+        for _ in range(16):  # receives can be posted once the queue pair is past RESET
+            self.qp.post_recv(self.recv_wr())
         mine = Peer(self.qp.qp_num, psn, self.gid, self.replies.buf, self.replies.rkey, self.port_attr.active_mtu)
         self.sock.sendall(message(CONNECT, mine.pack()))
         status, why = READY_BODY.unpack(recv_message(self.sock, READY))
@@ -265,8 +269,6 @@ class VerbsController:
         """Wait for round ``seq``'s reply (its receive completion): (header fields, payload).
 
         The sequence number is the completion's immediate; the coprocessor does not write it."""
-        from pyverbs.wr import RecvWR
-
         e = self.e
         deadline = time.monotonic() + STEP_S
         while True:
@@ -277,7 +279,7 @@ class VerbsController:
         wc = wcs[0]
         assert (wc.status, wc.opcode, socket.ntohl(wc.imm_data)) == \
             (e.IBV_WC_SUCCESS, e.IBV_WC_RECV_RDMA_WITH_IMM, seq & 0xFFFFFFFF), wc
-        self.qp.post_recv(RecvWR(num_sge=0))
+        self.qp.post_recv(self.recv_wr())
         off = ((seq - 1) & (self.offer.slots - 1)) * self.offer.slot_bytes
         header = (seq, *FRAME.unpack(self.replies.read(FRAME.size, off))[1:])
         return header, self.replies.read(header[1], off + FRAME.size) if header[1] else b""
