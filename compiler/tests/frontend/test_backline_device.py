@@ -69,7 +69,7 @@ def test_a_qec_code_is_an_installed_encode_pass():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"transport": "rdma"}, r"unknown transport 'rdma'"),
+        ({"transport": "no-such-transport"}, r"unknown transport 'no-such-transport'"),
         ({"coprocessors": [bl.Coprocessor(coprocessor_fn="no-such-decoder")]}, r"no-such-decoder"),
         ({"coprocessors": [bl.Coprocessor(coprocessor_fn="steane", init_args={"colour": "blue"})]},
          r"unknown configuration key 'colour'"),
