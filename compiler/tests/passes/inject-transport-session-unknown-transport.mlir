@@ -2,10 +2,10 @@
 // RUN: ! backline-opt %s -p inject-transport-session > /dev/null
 
 // The attribute verifies (its shape is fine); resolving it against the installed plugins
-// finds no transport 'rdma', and the pass stops with the core's message.
+// finds no transport 'nosuch', and the pass stops with the core's message.
 
-// CHECK: inject-transport-session: unknown transport 'rdma'. Installed transports:
+// CHECK: inject-transport-session: unknown transport 'nosuch'. Installed transports:
 // CHECK-NEXT: memcpy
-// CHECK: `pip install backline-transport-rdma`
-module attributes {backline.placement = #transport.backline<transport = "rdma", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "dec", hardware = "cpu", coprocessor_fn = "steane">]>} {
+// CHECK: `pip install backline-transport-nosuch`
+module attributes {backline.placement = #transport.backline<transport = "nosuch", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "dec", hardware = "cpu", coprocessor_fn = "steane">]>} {
 }
