@@ -45,9 +45,7 @@
 #include <unistd.h>
 
 /* ---- handshake messages (docs/rdma.md): a 12-byte header, then a fixed-size body ---- */
-#define HS_MAGIC 0x424c5244u /* "BLRD" */
 #define HS_VERSION 1u
-#define HS_HEADER_BYTES 12u
 enum { HS_HELLO = 1, HS_OFFER = 2, HS_CONNECT = 3, HS_READY = 4 };
 #define HS_TEXT_BYTES 160u
 #define HS_KEY_BYTES BL_KEY_MAX_LEN
@@ -55,7 +53,7 @@ enum { HS_HELLO = 1, HS_OFFER = 2, HS_CONNECT = 3, HS_READY = 4 };
 #define OFFER_BYTES (4u + 4u + 4u + 8u + RV_PEER_BYTES + HS_TEXT_BYTES)
 #define CONNECT_BYTES RV_PEER_BYTES
 #define READY_BYTES (4u + HS_TEXT_BYTES)
-#define HS_MAX_BODY OFFER_BYTES
+_Static_assert(OFFER_BYTES <= RV_MSG_MAX_BODY, "the largest handshake body fits rv_msg_send");
 
 #define BL_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define BL_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -69,11 +67,6 @@ struct link {
     rv_qp q;
     uint64_t remote_ring; /* the peer's ring this side writes into */
     uint32_t rkey;
-    uint32_t signal_every; /* frames per signaled completion */
-    uint32_t since_signal;
-    uint64_t posted_wqes;  /* work requests posted */
-    uint64_t reaped_wqes;  /* covered by a reaped signaled completion */
-    int dead;              /* an error completion was seen */
     struct ibv_sge sge;
     struct ibv_send_wr wr;
     uint32_t to_repost;    /* receive entries consumed and not yet posted again */
@@ -110,15 +103,6 @@ struct rd {
     char applied[256];
 };
 
-static int32_t err_out(char *err, size_t n, int32_t rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int32_t err_out(char *err, size_t n, int32_t rc, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 static uint8_t *ring(const struct rd *m, int which) {
     return m->mem.addr + (size_t)which * m->slots * m->slot_bytes;
 }
@@ -139,7 +123,7 @@ static void link_free(struct link *l) {
 static struct link *link_new(struct rd *m, char *err, size_t n, int32_t *rc) {
     struct link *l = calloc(1, sizeof *l);
     if (!l) {
-        *rc = err_out(err, n, BL_ENOMEM, "out of memory");
+        *rc = rv_fail(err, n, BL_ENOMEM, "out of memory");
         return NULL;
     }
     /* Every frame in flight toward this side holds a receive entry until it is polled. */
@@ -148,7 +132,6 @@ static struct link *link_new(struct rd *m, char *err, size_t n, int32_t *rc) {
         free(l);
         return NULL;
     }
-    l->signal_every = l->q.sq_depth / 4 ? l->q.sq_depth / 4 : 1;
     l->sge.lkey = m->mem.mr->lkey;
     l->wr.sg_list = &l->sge;
     l->wr.num_sge = 1;
@@ -162,7 +145,7 @@ static struct link *link_new(struct rd *m, char *err, size_t n, int32_t *rc) {
         int e = ibv_post_recv(l->q.qp, l->rwr, &bad);
         l->rwr[k - 1].next = k < REPOST_BATCH ? &l->rwr[k] : NULL;
         if (e) {
-            *rc = err_out(err, n, BL_EBACKEND, "ibv_post_recv: %s", strerror(e));
+            *rc = rv_fail(err, n, BL_EBACKEND, "ibv_post_recv: %s", strerror(e));
             link_free(l);
             return NULL;
         }
@@ -178,49 +161,12 @@ static void link_aim(struct link *l, const rv_peer *peer) {
     l->wr.wr.rdma.rkey = peer->rkey;
 }
 
-/* Reap what has completed; wait (until the deadline) while fewer than `room` entries are free. */
-static int32_t reap(struct link *l, uint32_t room, uint64_t deadline_ns_from_now, const bl_host_api *host) {
-    uint64_t deadline = 0;
-    for (;;) {
-        if (l->posted_wqes != l->reaped_wqes) {
-            struct ibv_wc wc[4];
-            int got = ibv_poll_cq(l->q.cq, 4, wc);
-            for (int i = 0; i < got; ++i) {
-                if (wc[i].status != IBV_WC_SUCCESS) {
-                    if (!l->dead)
-                        snprintf(l->error, sizeof l->error, "an RDMA WRITE to the peer failed: %s (verbs status %d)",
-                                 ibv_wc_status_str(wc[i].status), (int)wc[i].status);
-                    l->dead = 1;
-                } else if (wc[i].wr_id > l->reaped_wqes) {
-                    l->reaped_wqes = wc[i].wr_id;
-                }
-            }
-            if (got < 0 && !l->dead) {
-                snprintf(l->error, sizeof l->error, "ibv_poll_cq failed");
-                l->dead = 1;
-            }
-        }
-        if (l->dead) return BL_EPEER;
-        if (l->posted_wqes - l->reaped_wqes + room <= l->q.sq_depth) return BL_OK;
-        uint64_t now = host->now_ns();
-        if (!deadline) deadline = now + deadline_ns_from_now;
-        if (now > deadline) {
-            snprintf(l->error, sizeof l->error,
-                     "the send queue stayed full for timeout_ms: no completion for %llu WRITEs",
-                     (unsigned long long)(l->posted_wqes - l->reaped_wqes));
-            return BL_ETIMEOUT;
-        }
-    }
-}
-
 /* Copy the frame in `slot` of this side's ring `which` into the same slot of the peer's:
  * one RDMA WRITE_WITH_IMM of the frame less its sequence number, whose low 32 bits ride in
  * the immediate; the peer's poll hook publishes the sequence number once the completion
  * says the data is in its memory. */
 static int32_t send_frame(struct rd *m, struct link *l, int which, uint64_t seq, uint32_t slot) {
-    if (BL_UNLIKELY(l->dead)) return BL_EPEER;
-    int32_t rc = reap(l, 1, m->timeout_ns, m->host);
-    if (BL_UNLIKELY(rc)) return rc;
+    if (BL_UNLIKELY(l->q.dead)) return BL_EPEER;
     uint8_t *frame = ring(m, which) + (size_t)slot * m->slot_bytes;
     uint32_t body = BL_FRAME_HEADER_BYTES - 8 + ((const bl_frame_header *)frame)->len;
     l->sge.addr = (uintptr_t)(frame + 8);
@@ -228,20 +174,7 @@ static int32_t send_frame(struct rd *m, struct link *l, int which, uint64_t seq,
     l->wr.wr.rdma.remote_addr = l->remote_ring + (uint64_t)slot * m->slot_bytes + 8;
     l->wr.imm_data = htonl((uint32_t)seq);
     l->wr.send_flags = body <= l->q.max_inline ? IBV_SEND_INLINE : 0;
-    l->posted_wqes += 1;
-    if (++l->since_signal >= l->signal_every) {
-        l->since_signal = 0;
-        l->wr.send_flags |= IBV_SEND_SIGNALED;
-        l->wr.wr_id = l->posted_wqes; /* this completion frees every entry up to here */
-    }
-    struct ibv_send_wr *bad = NULL;
-    int e = ibv_post_send(l->q.qp, &l->wr, &bad);
-    if (BL_UNLIKELY(e)) {
-        snprintf(l->error, sizeof l->error, "ibv_post_send failed: %s", strerror(e));
-        l->dead = 1;
-        return BL_EPEER;
-    }
-    return BL_OK;
+    return rv_post(&l->q, &l->wr, m->timeout_ns, l->error, sizeof l->error);
 }
 
 /* Publish the frames that have arrived on `l` into ring `which`, in order. */
@@ -253,7 +186,7 @@ static void receive(struct rd *m, struct link *l, int which) {
         uint64_t seq = m->received + 1;
         if (BL_UNLIKELY(wc[i].status != IBV_WC_SUCCESS || wc[i].opcode != IBV_WC_RECV_RDMA_WITH_IMM ||
                         ntohl(wc[i].imm_data) != (uint32_t)seq)) {
-            if (!l->dead) {
+            if (!l->q.dead) {
                 if (wc[i].status != IBV_WC_SUCCESS)
                     snprintf(l->error, sizeof l->error, "the queue pair failed: %s (verbs status %d)",
                              ibv_wc_status_str(wc[i].status), (int)wc[i].status);
@@ -261,7 +194,7 @@ static void receive(struct rd *m, struct link *l, int which) {
                     snprintf(l->error, sizeof l->error, "the peer broke the protocol: frame %u arrived where %llu "
                              "was due", ntohl(wc[i].imm_data), (unsigned long long)seq);
             }
-            l->dead = 1;
+            l->q.dead = 1;
             return;
         }
         uint32_t slot = (uint32_t)((seq - 1) & (m->slots - 1));
@@ -273,7 +206,7 @@ static void receive(struct rd *m, struct link *l, int which) {
         struct ibv_recv_wr *bad = NULL;
         if (BL_UNLIKELY(ibv_post_recv(l->q.qp, l->rwr, &bad))) {
             snprintf(l->error, sizeof l->error, "ibv_post_recv failed");
-            l->dead = 1;
+            l->q.dead = 1;
             return;
         }
         l->to_repost -= REPOST_BATCH;
@@ -281,15 +214,6 @@ static void receive(struct rd *m, struct link *l, int which) {
 }
 
 /* ---- handshake messages ---- */
-
-static void hs_header(uint8_t *p, uint16_t type, uint32_t body) {
-    rv_put32(p, HS_MAGIC);
-    p[4] = (uint8_t)(HS_VERSION >> 8);
-    p[5] = (uint8_t)HS_VERSION;
-    p[6] = (uint8_t)(type >> 8);
-    p[7] = (uint8_t)type;
-    rv_put32(p + 8, body);
-}
 
 static uint32_t hs_body_bytes(uint16_t type) {
     switch (type) {
@@ -307,36 +231,28 @@ static const char *hs_name(uint16_t type) {
 }
 
 static int32_t hs_send(int fd, uint16_t type, const uint8_t *body, uint64_t deadline, char *err, size_t n) {
-    uint8_t msg[HS_HEADER_BYTES + HS_MAX_BODY];
-    uint32_t len = hs_body_bytes(type);
-    hs_header(msg, type, len);
-    memcpy(msg + HS_HEADER_BYTES, body, len);
-    return rv_send_all(fd, msg, HS_HEADER_BYTES + len, deadline, err, n);
+    return rv_msg_send(fd, RV_MAGIC_TRANSPORT, HS_VERSION, type, body, hs_body_bytes(type), deadline, err, n);
 }
 
 /* Receive a message of `type` into body: a peer that is not Backline's rdma transport, or
  * speaks another version of it, is refused with what it sent. */
 static int32_t hs_recv(int fd, uint16_t type, uint8_t *body, uint64_t deadline, const char *who, char *err, size_t n) {
-    uint8_t h[HS_HEADER_BYTES];
+    rv_msg_header h;
     char why[256];
-    int32_t rc = rv_recv_all(fd, h, sizeof h, deadline, why, sizeof why);
+    int32_t rc = rv_msg_recv_header(fd, &h, deadline, why, sizeof why);
     if (rc)
-        return err_out(err, n, rc, "%s: no %s message (%s)", who, hs_name(type), why);
-    uint16_t version = (uint16_t)(h[4] << 8 | h[5]), got = (uint16_t)(h[6] << 8 | h[7]);
-    if (rv_get32(h) != HS_MAGIC) {
-        char text[64];
-        rv_printable(h, sizeof h, text, sizeof text);
-        return err_out(err, n, BL_EPEER, "%s is not a Backline rdma peer: it sent \"%s\" where a handshake starts "
-                       "with \"BLRD\"", who, text);
-    }
-    if (version != HS_VERSION)
-        return err_out(err, n, BL_EABI, "%s speaks version %u of the rdma handshake, this side version %u; run both "
-                       "sides from the same backline-transport-rdma", who, version, HS_VERSION);
-    if (got != type || rv_get32(h + 8) != hs_body_bytes(type))
-        return err_out(err, n, BL_EPEER, "%s sent a %s message of %u bytes where a %s of %u was due", who, hs_name(got),
-                       rv_get32(h + 8), hs_name(type), hs_body_bytes(type));
+        return rv_fail(err, n, rc, "%s: no %s message (%s)", who, hs_name(type), why);
+    if (h.magic != RV_MAGIC_TRANSPORT)
+        return rv_fail(err, n, BL_EPEER, "%s is not a Backline rdma peer: it sent \"%s\" where a handshake starts "
+                       "with \"BLRD\"", who, h.text);
+    if (h.version != HS_VERSION)
+        return rv_fail(err, n, BL_EABI, "%s speaks version %u of the rdma handshake, this side version %u; run both "
+                       "sides from the same backline-transport-rdma", who, h.version, HS_VERSION);
+    if (h.type != type || h.body_bytes != hs_body_bytes(type))
+        return rv_fail(err, n, BL_EPEER, "%s sent a %s message of %u bytes where a %s of %u was due", who,
+                       hs_name(h.type), h.body_bytes, hs_name(type), hs_body_bytes(type));
     rc = rv_recv_all(fd, body, hs_body_bytes(type), deadline, why, sizeof why);
-    if (rc) return err_out(err, n, rc, "%s: truncated %s message (%s)", who, hs_name(type), why);
+    if (rc) return rv_fail(err, n, rc, "%s: truncated %s message (%s)", who, hs_name(type), why);
     return BL_OK;
 }
 
@@ -357,16 +273,16 @@ static void get_text(const uint8_t *p, char *out, size_t n) {
 static int32_t rd_open(const bl_open_args *a, void **impl, char *err, size_t n) {
     const bl_host_api *h = a->host;
     if (!h || h->abi_version < 3)
-        return err_out(err, n, BL_EABI, "this backend needs Backline ABI 3 (a host with error_text)");
+        return rv_fail(err, n, BL_EABI, "this backend needs Backline ABI 3 (a host with error_text)");
     if (a->role == BL_COPROCESSOR && a->runs_in != BL_RUNS_PROCESS)
-        return err_out(err, n, BL_EINVAL, "rdma joins processes (on this or another machine): a coprocessor in the "
+        return rv_fail(err, n, BL_EINVAL, "rdma joins processes (on this or another machine): a coprocessor in the "
                        "controller's own process has nothing to send over; run it in a process or an executor, or use "
                        "memcpy");
     if (a->role == BL_CONTROLLER && a->runs_in != BL_RUNS_PROCESS && a->runs_in != BL_RUNS_ANY)
-        return err_out(err, n, BL_EINVAL, "rdma reaches coprocessors in other processes; this controller expects one "
+        return rv_fail(err, n, BL_EINVAL, "rdma reaches coprocessors in other processes; this controller expects one "
                        "in its own process");
     struct rd *m = calloc(1, sizeof *m);
-    if (!m) return err_out(err, n, BL_ENOMEM, "out of memory");
+    if (!m) return rv_fail(err, n, BL_ENOMEM, "out of memory");
     m->role = a->role;
     m->runs_in = a->runs_in;
     snprintf(m->key, sizeof m->key, "%s", a->key);
@@ -379,12 +295,12 @@ static int32_t rd_open(const bl_open_args *a, void **impl, char *err, size_t n) 
     int32_t rc = BL_OK;
     const char *host = h->config_str(a->session, "host");
     if (!host || !h->config_str(a->session, "port")) {
-        rc = err_out(err, n, BL_EINVAL, "rdma needs the coprocessor's endpoint (keys host and port): give the "
+        rc = rv_fail(err, n, BL_EINVAL, "rdma needs the coprocessor's endpoint (keys host and port): give the "
                      "coprocessor endpoint=Endpoint(host=..., port=...)");
         goto fail;
     }
     if (strlen(host) >= sizeof m->host_name) {
-        rc = err_out(err, n, BL_EINVAL, "host=%.40s...: longer than %zu characters", host, sizeof m->host_name - 1);
+        rc = rv_fail(err, n, BL_EINVAL, "host=%.40s...: longer than %zu characters", host, sizeof m->host_name - 1);
         goto fail;
     }
     snprintf(m->host_name, sizeof m->host_name, "%s", host);
@@ -392,7 +308,7 @@ static int32_t rd_open(const bl_open_args *a, void **impl, char *err, size_t n) 
     m->port = (int)v;
     const char *device = h->config_str(a->session, "device");
     if (device && strlen(device) >= sizeof m->device) {
-        rc = err_out(err, n, BL_EINVAL, "device=%s: an RDMA device name has at most %zu characters", device,
+        rc = rv_fail(err, n, BL_EINVAL, "device=%s: an RDMA device name has at most %zu characters", device,
                      sizeof m->device - 1);
         goto fail;
     }
@@ -454,13 +370,13 @@ static int32_t ctl_connect(struct rd *m, uint64_t deadline, char *err, size_t n)
     if (status != BL_OK) {
         char text[HS_TEXT_BYTES * 4];
         get_text(offer + 20 + RV_PEER_BYTES, text, sizeof text);
-        return err_out(err, n, status == BL_EBUSY || status == BL_ENOTFOUND || status == BL_EABI ? status : BL_EPEER,
+        return rv_fail(err, n, status == BL_EBUSY || status == BL_ENOTFOUND || status == BL_EABI ? status : BL_EPEER,
                        "the coprocessor at %s:%d refused this controller: %s", m->host_name, m->port, text);
     }
     uint32_t slots = rv_get32(offer + 4), slot_bytes = rv_get32(offer + 8);
     if (!slots || slots > BL_MAX_SLOTS || (slots & (slots - 1)) || slot_bytes < BL_SLOT_ALIGN ||
         slot_bytes > BL_MAX_SLOT_BYTES || slot_bytes % BL_SLOT_ALIGN)
-        return err_out(err, n, BL_EPEER, "%s offered an impossible ring (slots=%u slot_bytes=%u)", who, slots, slot_bytes);
+        return rv_fail(err, n, BL_EPEER, "%s offered an impossible ring (slots=%u slot_bytes=%u)", who, slots, slot_bytes);
     m->slots = slots; /* the coprocessor owns the geometry, as a memcpy coprocessor owns its region */
     m->slot_bytes = slot_bytes;
     m->base = rv_get64(offer + 12);
@@ -485,7 +401,7 @@ static int32_t ctl_exchange(struct rd *m, uint64_t deadline, char *err, size_t n
     if (status != BL_OK) {
         char text[HS_TEXT_BYTES * 4];
         get_text(ready + 4, text, sizeof text);
-        return err_out(err, n, BL_EPEER, "%s could not connect its queue pair to this one: %s", who, text);
+        return rv_fail(err, n, BL_EPEER, "%s could not connect its queue pair to this one: %s", who, text);
     }
     return BL_OK;
 }
@@ -504,7 +420,7 @@ static void ctl_poll(void *impl) {
 
 static int32_t ctl_alive(void *impl) {
     struct rd *m = impl;
-    if (reap(m->link, 0, 0, m->host) == BL_EPEER) {
+    if (rv_reap(&m->link->q, 0, 0, m->link->error, sizeof m->link->error) == BL_EPEER) {
         m->host->error_text(m->link->error);
         return 0;
     }
@@ -704,7 +620,7 @@ static void *poller(void *arg) {
 
 static int32_t cop_start(struct rd *m, char *err, size_t n) {
     m->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (m->stop_fd < 0) return err_out(err, n, BL_EBACKEND, "eventfd: %s", strerror(errno));
+    if (m->stop_fd < 0) return rv_fail(err, n, BL_EBACKEND, "eventfd: %s", strerror(errno));
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     size_t o = (size_t)snprintf(m->applied, sizeof m->applied, "poller thread");
@@ -717,7 +633,7 @@ static int32_t cop_start(struct rd *m, char *err, size_t n) {
     }
     int rc = pthread_create(&m->poller, &attr, poller, m);
     pthread_attr_destroy(&attr);
-    if (rc) return err_out(err, n, BL_EBACKEND, "cannot start the poller thread%s: %s", m->cpu >= 0 ? " (pinned)" : "",
+    if (rc) return rv_fail(err, n, BL_EBACKEND, "cannot start the poller thread%s: %s", m->cpu >= 0 ? " (pinned)" : "",
                            strerror(rc));
     m->poller_running = 1;
     if (m->rt_priority > 0 && o < sizeof m->applied) {
@@ -729,7 +645,7 @@ static int32_t cop_start(struct rd *m, char *err, size_t n) {
     }
     if (m->cpu >= 0 || m->rt_priority > 0) note(m, "%s", m->applied);
     rc = pthread_create(&m->acceptor, NULL, acceptor, m);
-    if (rc) return err_out(err, n, BL_EBACKEND, "cannot start the acceptor thread: %s", strerror(rc));
+    if (rc) return rv_fail(err, n, BL_EBACKEND, "cannot start the acceptor thread: %s", strerror(rc));
     m->acceptor_running = 1;
     return BL_OK;
 }

@@ -20,8 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int32_t fail(char *err, size_t n, int32_t rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int32_t fail(char *err, size_t n, int32_t rc, const char *fmt, ...) {
+int32_t rv_fail(char *err, size_t n, int32_t rc, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, n, fmt, ap);
@@ -48,6 +47,33 @@ uint32_t rv_get32(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 uint64_t rv_get64(const uint8_t *p) { return (uint64_t)rv_get32(p) << 32 | rv_get32(p + 4); }
+
+int32_t rv_msg_send(int fd, uint32_t magic, uint16_t version, uint16_t type, const uint8_t *body, uint32_t len,
+                    uint64_t deadline, char *err, size_t n) {
+    uint8_t msg[RV_MSG_HEADER_BYTES + RV_MSG_MAX_BODY];
+    if (len > RV_MSG_MAX_BODY)
+        return rv_fail(err, n, BL_EINVAL, "a handshake body of %u bytes is over the %u allowed", len, RV_MSG_MAX_BODY);
+    rv_put32(msg, magic);
+    msg[4] = (uint8_t)(version >> 8);
+    msg[5] = (uint8_t)version;
+    msg[6] = (uint8_t)(type >> 8);
+    msg[7] = (uint8_t)type;
+    rv_put32(msg + 8, len);
+    memcpy(msg + RV_MSG_HEADER_BYTES, body, len);
+    return rv_send_all(fd, msg, RV_MSG_HEADER_BYTES + len, deadline, err, n);
+}
+
+int32_t rv_msg_recv_header(int fd, rv_msg_header *h, uint64_t deadline, char *err, size_t n) {
+    uint8_t b[RV_MSG_HEADER_BYTES];
+    int32_t rc = rv_recv_all(fd, b, sizeof b, deadline, err, n);
+    if (rc) return rc;
+    h->magic = rv_get32(b);
+    h->version = (uint16_t)(b[4] << 8 | b[5]);
+    h->type = (uint16_t)(b[6] << 8 | b[7]);
+    h->body_bytes = rv_get32(b + 8);
+    rv_printable(b, sizeof b, h->text, sizeof h->text);
+    return BL_OK;
+}
 
 /* qpn 0, psn 4, gid 8..23, ring_addr 24, rkey 32, mtu 36, reserved 40 */
 void rv_peer_encode(const rv_peer *p, uint8_t out[RV_PEER_BYTES]) {
@@ -156,7 +182,7 @@ int32_t rv_open_device(rv_device *d, const char *want, int ib_port, int gid_inde
     if (!list || count == 0) {
         int e = errno;
         if (list) ibv_free_device_list(list);
-        return fail(err, n, BL_ENOTFOUND,
+        return rv_fail(err, n, BL_ENOTFOUND,
                     "no RDMA device: libibverbs finds none (%s); `backline rdma devices` lists them. For Soft-RoCE "
                     "on an Ethernet interface: rdma link add rxe0 type rxe netdev IFACE",
                     list ? "the device list is empty" : strerror(e));
@@ -199,16 +225,16 @@ int32_t rv_open_device(rv_device *d, const char *want, int ib_port, int gid_inde
             for (int i = 0; i < count; ++i)
                 if (ibv_get_device_name(list[i]) && !strcmp(ibv_get_device_name(list[i]), want)) exists = 1;
             if (!exists)
-                rc = fail(err, n, BL_ENOTFOUND, "no RDMA device named '%s'; there are: %s (`backline rdma devices`)",
+                rc = rv_fail(err, n, BL_ENOTFOUND, "no RDMA device named '%s'; there are: %s (`backline rdma devices`)",
                           want, found);
             else if (ib_port > 0)
-                rc = fail(err, n, BL_ENOTFOUND, "RDMA device '%s' has no port %d; it has: %s", want, ib_port, found);
+                rc = rv_fail(err, n, BL_ENOTFOUND, "RDMA device '%s' has no port %d; it has: %s", want, ib_port, found);
             else
-                rc = fail(err, n, BL_ENOTFOUND, "RDMA device '%s' has no active port: %s", want, found);
+                rc = rv_fail(err, n, BL_ENOTFOUND, "RDMA device '%s' has no active port: %s", want, found);
         } else {
             char which[32] = "";
             if (ib_port > 0) snprintf(which, sizeof which, " %d", ib_port);
-            rc = fail(err, n, BL_ENOTFOUND, "no RDMA device has an active port%s; there are: %s (`backline rdma devices`)",
+            rc = rv_fail(err, n, BL_ENOTFOUND, "no RDMA device has an active port%s; there are: %s (`backline rdma devices`)",
                       which, found);
         }
         ibv_free_device_list(list);
@@ -221,7 +247,7 @@ int32_t rv_open_device(rv_device *d, const char *want, int ib_port, int gid_inde
     d->max_qp_wr = (uint32_t)da.max_qp_wr;
     if (pa.state != IBV_PORT_ACTIVE) {
         rv_close_device(d);
-        return fail(err, n, BL_ENOTFOUND, "port %u of RDMA device '%s' is %s, not ACTIVE", port, want,
+        return rv_fail(err, n, BL_ENOTFOUND, "port %u of RDMA device '%s' is %s, not ACTIVE", port, want,
                     port_state_text(pa.state));
     }
     /* The GID: the one asked for, which must exist and be RoCE v2 (this transport speaks
@@ -250,22 +276,22 @@ int32_t rv_open_device(rv_device *d, const char *want, int ib_port, int gid_inde
         char gids[1024];
         list_gids(ctx, port, pa.gid_tbl_len, gids, sizeof gids);
         rc = gid_index >= 0
-                 ? fail(err, n, BL_ENOTFOUND, "GID index %d of %s port %u is not a RoCE v2 GID; the port has: %s",
+                 ? rv_fail(err, n, BL_ENOTFOUND, "GID index %d of %s port %u is not a RoCE v2 GID; the port has: %s",
                         gid_index, d->name, port, gids)
-                 : fail(err, n, BL_ENOTFOUND, "%s port %u has no RoCE v2 GID (give the interface an address); it has: %s",
+                 : rv_fail(err, n, BL_ENOTFOUND, "%s port %u has no RoCE v2 GID (give the interface an address); it has: %s",
                         d->name, port, gids);
         rv_close_device(d);
         return rc;
     }
     if (ibv_query_gid(ctx, port, chosen, &d->gid)) {
-        rc = fail(err, n, BL_EBACKEND, "cannot read GID %d of %s port %u: %s", chosen, d->name, port, strerror(errno));
+        rc = rv_fail(err, n, BL_EBACKEND, "cannot read GID %d of %s port %u: %s", chosen, d->name, port, strerror(errno));
         rv_close_device(d);
         return rc;
     }
     d->gid_index = chosen;
     d->pd = ibv_alloc_pd(ctx);
     if (!d->pd) {
-        rc = fail(err, n, BL_EBACKEND, "ibv_alloc_pd on %s: %s", d->name, strerror(errno));
+        rc = rv_fail(err, n, BL_EBACKEND, "ibv_alloc_pd on %s: %s", d->name, strerror(errno));
         rv_close_device(d);
         return rc;
     }
@@ -303,20 +329,20 @@ int32_t rv_memory_alloc(rv_device *d, rv_memory *m, rv_memory_kind kind, size_t 
     memset(m, 0, sizeof *m);
     m->kind = kind;
     if (kind != RV_MEMORY_HOST)
-        return fail(err, n, BL_EINVAL,
+        return rv_fail(err, n, BL_EINVAL,
                     "ring memory of kind %d is not built: GPU memory needs a dma-buf registered with "
                     "ibv_reg_dmabuf_mr, which this backend does not have yet", (int)kind);
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     m->bytes = (bytes + page - 1) / page * page;
     m->addr = aligned_alloc(page, m->bytes);
-    if (!m->addr) return fail(err, n, BL_ENOMEM, "cannot allocate %zu bytes of ring memory", m->bytes);
+    if (!m->addr) return rv_fail(err, n, BL_ENOMEM, "cannot allocate %zu bytes of ring memory", m->bytes);
     memset(m->addr, 0, m->bytes);
     m->mr = ibv_reg_mr(d->pd, m->addr, m->bytes, RV_ACCESS);
     if (!m->mr) {
         int e = errno;
         free(m->addr);
         m->addr = NULL;
-        return fail(err, n, BL_EBACKEND, "ibv_reg_mr of %zu bytes on %s: %s%s", m->bytes, d->name, strerror(e),
+        return rv_fail(err, n, BL_EBACKEND, "ibv_reg_mr of %zu bytes on %s: %s%s", m->bytes, d->name, strerror(e),
                     e == ENOMEM || e == EPERM ? " (raise the locked-memory limit: ulimit -l)" : "");
     }
     return BL_OK;
@@ -334,17 +360,17 @@ int32_t rv_qp_create(rv_device *d, rv_qp *q, uint32_t rq_depth, char *err, size_
     memset(q, 0, sizeof *q);
     q->sq_depth = RV_SQ_DEPTH < d->max_qp_wr ? RV_SQ_DEPTH : d->max_qp_wr;
     if (rq_depth > d->max_qp_wr)
-        return fail(err, n, BL_EINVAL, "a ring of %u slots needs %u receive entries, but %s queues at most %u; use "
+        return rv_fail(err, n, BL_EINVAL, "a ring of %u slots needs %u receive entries, but %s queues at most %u; use "
                     "fewer slots", rq_depth, rq_depth, d->name, d->max_qp_wr);
     q->rq_depth = rq_depth;
     q->cq = ibv_create_cq(d->ctx, (int)q->sq_depth + 1, NULL, NULL, 0);
-    if (!q->cq) return fail(err, n, BL_EBACKEND, "ibv_create_cq on %s: %s", d->name, strerror(errno));
+    if (!q->cq) return rv_fail(err, n, BL_EBACKEND, "ibv_create_cq on %s: %s", d->name, strerror(errno));
     if (rq_depth) {
         q->rcq = ibv_create_cq(d->ctx, (int)rq_depth + 1, NULL, NULL, 0);
         if (!q->rcq) {
             int e = errno;
             rv_qp_destroy(q);
-            return fail(err, n, BL_EBACKEND, "ibv_create_cq (%u receive entries) on %s: %s", rq_depth, d->name,
+            return rv_fail(err, n, BL_EBACKEND, "ibv_create_cq (%u receive entries) on %s: %s", rq_depth, d->name,
                         strerror(e));
         }
     }
@@ -366,10 +392,11 @@ int32_t rv_qp_create(rv_device *d, rv_qp *q, uint32_t rq_depth, char *err, size_
     if (!q->qp) {
         int e = errno;
         rv_qp_destroy(q);
-        return fail(err, n, BL_EBACKEND, "ibv_create_qp (RC, %u send entries) on %s: %s", q->sq_depth, d->name,
+        return rv_fail(err, n, BL_EBACKEND, "ibv_create_qp (RC, %u send entries) on %s: %s", q->sq_depth, d->name,
                     strerror(e));
     }
     q->max_inline = ia.cap.max_inline_data;
+    q->signal_every = q->sq_depth / 4 ? q->sq_depth / 4 : 1;
     uint32_t r = 0;
     if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = (uint32_t)rv_now_ns();
     q->psn = r & 0xffffff;
@@ -382,14 +409,14 @@ int32_t rv_qp_create(rv_device *d, rv_qp *q, uint32_t rq_depth, char *err, size_
     if (ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
         int e = errno;
         rv_qp_destroy(q);
-        return fail(err, n, BL_EBACKEND, "queue pair to INIT on %s: %s", d->name, strerror(e));
+        return rv_fail(err, n, BL_EBACKEND, "queue pair to INIT on %s: %s", d->name, strerror(e));
     }
     return BL_OK;
 }
 
 int32_t rv_qp_connect(rv_device *d, rv_qp *q, const rv_peer *remote, char *err, size_t n) {
     if (remote->mtu < IBV_MTU_256 || remote->mtu > IBV_MTU_4096)
-        return fail(err, n, BL_EPEER, "the peer sent path MTU code %u, not one of 1 (256) to 5 (4096)", remote->mtu);
+        return rv_fail(err, n, BL_EPEER, "the peer sent path MTU code %u, not one of 1 (256) to 5 (4096)", remote->mtu);
     struct ibv_qp_attr a;
     memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_RTR;
@@ -408,7 +435,7 @@ int32_t rv_qp_connect(rv_device *d, rv_qp *q, const rv_peer *remote, char *err, 
         int e = errno;
         char g[64];
         gid_text(remote->gid, g, sizeof g);
-        return fail(err, n, BL_EBACKEND, "queue pair to RTR (peer QP %u, GID %s) on %s: %s%s", remote->qpn, g, d->name,
+        return rv_fail(err, n, BL_EBACKEND, "queue pair to RTR (peer QP %u, GID %s) on %s: %s%s", remote->qpn, g, d->name,
                     strerror(e), e == EINVAL ? " (is the peer's GID reachable from this GID?)" : "");
     }
     memset(&a, 0, sizeof a);
@@ -420,7 +447,7 @@ int32_t rv_qp_connect(rv_device *d, rv_qp *q, const rv_peer *remote, char *err, 
     a.max_rd_atomic = 1;
     if (ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                                       IBV_QP_MAX_QP_RD_ATOMIC))
-        return fail(err, n, BL_EBACKEND, "queue pair to RTS on %s: %s", d->name, strerror(errno));
+        return rv_fail(err, n, BL_EBACKEND, "queue pair to RTS on %s: %s", d->name, strerror(errno));
     return BL_OK;
 }
 
@@ -454,7 +481,7 @@ static int32_t resolve(const char *host, int port, struct addrinfo **out, int pa
     char service[16];
     snprintf(service, sizeof service, "%d", port);
     int rc = getaddrinfo(host, service, &hints, out);
-    if (rc) return fail(err, n, BL_EINVAL, "cannot resolve host '%s': %s", host, gai_strerror(rc));
+    if (rc) return rv_fail(err, n, BL_EINVAL, "cannot resolve host '%s': %s", host, gai_strerror(rc));
     return BL_OK;
 }
 
@@ -479,11 +506,11 @@ int32_t rv_listen(const char *host, int port, int *fd, char *err, size_t n) {
     freeaddrinfo(ai);
     if (s < 0) {
         if (e == EADDRINUSE)
-            return fail(err, n, BL_EBUSY, "port %d on %s is in use (another coprocessor, or another program, listens "
+            return rv_fail(err, n, BL_EBUSY, "port %d on %s is in use (another coprocessor, or another program, listens "
                         "there); give this coprocessor another Endpoint port", port, host);
         if (e == EADDRNOTAVAIL)
-            return fail(err, n, BL_EINVAL, "cannot listen on %s:%d: %s is not an address of this machine", host, port, host);
-        return fail(err, n, BL_EBACKEND, "cannot listen on %s:%d: %s", host, port, strerror(e));
+            return rv_fail(err, n, BL_EINVAL, "cannot listen on %s:%d: %s is not an address of this machine", host, port, host);
+        return rv_fail(err, n, BL_EBACKEND, "cannot listen on %s:%d: %s", host, port, strerror(e));
     }
     *fd = s;
     return BL_OK;
@@ -536,7 +563,7 @@ int32_t rv_dial(const char *host, int port, uint64_t deadline, int *fd, char *er
         nanosleep(&ts, NULL);
     }
     freeaddrinfo(ai);
-    return fail(err, n, BL_ETIMEOUT, "no rdma coprocessor answered at %s:%d before connect_timeout_ms (last: %s); start "
+    return rv_fail(err, n, BL_ETIMEOUT, "no rdma coprocessor answered at %s:%d before connect_timeout_ms (last: %s); start "
                 "it first, e.g. `backline coprocessor serve --transport rdma --config 'host=%s;port=%d' ...`",
                 host, port, strerror(last), host, port);
 }
@@ -561,11 +588,11 @@ int32_t rv_send_all(int fd, const void *buf, size_t len, uint64_t deadline, char
         }
         if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
             int r = wait_fd(fd, POLLOUT, deadline);
-            if (r == 0) return fail(err, n, BL_ETIMEOUT, "the peer did not take the handshake before the deadline");
-            if (r < 0) return fail(err, n, BL_EPEER, "poll: %s", strerror(errno));
+            if (r == 0) return rv_fail(err, n, BL_ETIMEOUT, "the peer did not take the handshake before the deadline");
+            if (r < 0) return rv_fail(err, n, BL_EPEER, "poll: %s", strerror(errno));
             continue;
         }
-        return fail(err, n, BL_EPEER, "the connection broke: %s", strerror(errno));
+        return rv_fail(err, n, BL_EPEER, "the connection broke: %s", strerror(errno));
     }
     return BL_OK;
 }
@@ -581,15 +608,15 @@ int32_t rv_recv_all(int fd, void *buf, size_t len, uint64_t deadline, char *err,
             continue;
         }
         if (r == 0)
-            return fail(err, n, BL_EPEER, "the peer closed the connection after %zu of %zu bytes", want - len, want);
+            return rv_fail(err, n, BL_EPEER, "the peer closed the connection after %zu of %zu bytes", want - len, want);
         if (errno == EAGAIN || errno == EINTR) {
             int w = wait_fd(fd, POLLIN, deadline);
             if (w == 0)
-                return fail(err, n, BL_ETIMEOUT, "the peer sent %zu of %zu bytes before the deadline", want - len, want);
-            if (w < 0) return fail(err, n, BL_EPEER, "poll: %s", strerror(errno));
+                return rv_fail(err, n, BL_ETIMEOUT, "the peer sent %zu of %zu bytes before the deadline", want - len, want);
+            if (w < 0) return rv_fail(err, n, BL_EPEER, "poll: %s", strerror(errno));
             continue;
         }
-        return fail(err, n, BL_EPEER, "the connection broke: %s", strerror(errno));
+        return rv_fail(err, n, BL_EPEER, "the connection broke: %s", strerror(errno));
     }
     return BL_OK;
 }
