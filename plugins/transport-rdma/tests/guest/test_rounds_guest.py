@@ -93,7 +93,8 @@ def test_deploy_runs_every_steane_syndrome_and_variable_echo_payloads_pipelined(
 def test_a_killed_coprocessor_fails_the_round_with_peer_error_well_within_the_deadline() -> None:
     port = free_port()
     with Serve(port) as serve:
-        s = Session.open("rdma", "controller", "dec", config=config(port, timeout_ms=5000), in_bytes=1, out_bytes=1)
+        s = Session.open("rdma", "controller", "dec", config=config(port, timeout_ms=60000), in_bytes=1,
+                         out_bytes=1)
         try:
             assert s.round(b"\x01") == b"\x01"
             serve.proc.send_signal(signal.SIGKILL)
@@ -101,7 +102,9 @@ def test_a_killed_coprocessor_fails_the_round_with_peer_error_well_within_the_de
             t0 = time.monotonic()
             with pytest.raises(PeerError) as info:
                 s.round(b"\x01")
-            assert time.monotonic() - t0 < 2.5  # the connection's closing, not the 5 s deadline
+            # The connection's closing (or the QP's error), not the 60 s deadline: a deadline
+            # would be a TimeoutError; the bound is loose so a loaded machine cannot fail it.
+            assert time.monotonic() - t0 < 30
             assert "closed" in str(info.value) or "RDMA WRITE" in str(info.value)
         finally:
             s.destroy()
