@@ -21,7 +21,6 @@ turns (a file lock). Building needs pip and the C compiler Python was built with
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import importlib.util
 import json
 import os
@@ -31,7 +30,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -489,8 +487,8 @@ def environment_lock():
     Two runs of this module in one environment at once (say, two sessions each running
     the suite) would otherwise uninstall each other's packages mid-test.
     """
-    digest = hashlib.sha256(sys.prefix.encode()).hexdigest()[:16]
-    path = os.path.join(tempfile.gettempdir(), f"backline-third-party-plugin-{digest}.lock")
+    # In the environment itself, so the lock goes when the environment does (no file left in /tmp).
+    path = os.path.join(sys.prefix, ".backline-third-party-plugin.lock")
     with open(path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
