@@ -31,7 +31,7 @@ import numpy as np
 from . import plugins
 from .bound_function import BoundFunction
 from .coprocessor_function import CoprocessorFunction
-from .deployment import deploy
+from .deployment import connect_controller, deploy
 from .errors import BacklineError, from_status
 from .native import ffi, last_error, lib
 from .placement import RUNS_IN, Controller, Coprocessor, Endpoint, Placement
@@ -41,6 +41,8 @@ PERCENTILES = (("p99", 99.0), ("p999", 99.9), ("p9999", 99.99), ("p99999", 99.99
 #: the shared-memory floor's row in the report (a transport's own floor names itself)
 SHM_FLOOR_LABEL = "floor (bare shared-memory ping-pong)"
 STEANE_TABLE = (-1, 6, 4, 5, 0, 3, 1, 2)
+#: the session key of the coprocessor a bench peer serves (`--peer`)
+PEER_KEY = "bench"
 
 
 @dataclass
@@ -67,6 +69,9 @@ class BenchConfig:
     warmup: int = 16
     progress: bool = False
     host: str = "127.0.0.1"  # where the coprocessor and the floor responder listen (transports that need an endpoint)
+    #: "HOST:PORT" of a coprocessor served on another host (key PEER_KEY) and, for a transport
+    #: with its own floor, that floor's responder beside it: nothing is started here
+    peer: str | None = None
 
     def validate(self) -> None:
         """Refuse a configuration the bench cannot run, with the option to change (before anything starts).
@@ -84,6 +89,11 @@ class BenchConfig:
             raise BacklineError(f"--host {self.host!r}: give an address of this machine, e.g. 127.0.0.1")
         if self.runs_in is not None and self.runs_in not in RUNS_IN:
             raise BacklineError(f"--runs-in {self.runs_in!r}: choose one of {', '.join(RUNS_IN)}")
+        if self.peer is not None:
+            self.peer_address()
+            if self.runs_in not in (None, "process"):
+                raise BacklineError(f"--runs-in {self.runs_in}: with --peer the coprocessor is a process on the "
+                                    "peer's host; leave --runs-in out")
         rounds = _integer("--rounds", self.rounds)
         if rounds < 2:
             raise BacklineError(f"--rounds {rounds}: need at least 2 (round 0 plus one steady-state round)")
@@ -122,7 +132,7 @@ class BenchConfig:
                                 f"{type(self.decoder_params).__name__}")
         allowed = os.sched_getaffinity(0)
         for name, cpu in (("--controller-cpu", self.controller_cpu), ("--coprocessor-cpu", self.coprocessor_cpu)):
-            if cpu is None:
+            if cpu is None or (self.peer is not None and name == "--coprocessor-cpu"):  # the peer pins its own
                 continue
             cpu = _integer(name, cpu)
             if cpu not in allowed:
@@ -143,6 +153,16 @@ class BenchConfig:
             plugins.get("driver", self.driver)  # an unknown name lists the installed drivers
         self._check_memory(rounds, payload)
         _check_floor(payload)
+
+    def peer_address(self) -> tuple[str, int]:
+        """``--peer`` as (host, port); a clear error when it is not HOST:PORT."""
+        text = self.peer if isinstance(self.peer, str) else ""
+        host, sep, port = text.strip().rpartition(":")
+        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise BacklineError(f"--peer {self.peer!r}: give HOST:PORT of a bench peer (`backline TRANSPORT "
+                                "bench-peer` on that host prints it), e.g. 10.0.0.2:18515")
+        return host, int(port)
 
     def memory_needed(self, payload_bytes: int | None = None) -> tuple[int, int]:
         """Bytes this run allocates: (timing arrays, payload tables and rings)."""
@@ -565,6 +585,8 @@ def run(cfg: BenchConfig, report: Callable[[str], None] = lambda s: None) -> Ben
     if ring["slot_bytes"] != lib.BL_DEFAULT_SLOT_BYTES:  # messages past the default slot: slots that fit them
         init_args.update(ring)
     part = plugins.transport_backend(cfg.transport, "cpu", "coprocessor")
+    if cfg.peer is not None:
+        return _run_with_peer(cfg, part, function, init_args, table, out_bytes, report)
     runs_in = cfg.runs_in or part.runs_in[0]
     # Only keys the transport declares: pinning is a transport's own setting, not the core's.
     if cfg.coprocessor_cpu is not None and "cpu" in part.init_args and runs_in != "controller-thread":
@@ -599,6 +621,36 @@ def run(cfg: BenchConfig, report: Callable[[str], None] = lambda s: None) -> Ben
                 finally:
                     if spinner is not None:
                         spinner.resume()  # a stopped process takes no SIGTERM: it must run to stop cleanly
+        finally:
+            os.sched_setaffinity(0, old_affinity)
+    raise AssertionError("unreachable")  # the with block returns or raises
+
+
+def _run_with_peer(cfg: BenchConfig, part: Any, function: CoprocessorFunction, init_args: dict[str, Any],
+                   table: tuple[bytes, bytes, int] | None, out_bytes: int,
+                   report: Callable[[str], None]) -> BenchResult:
+    """The bench against a peer on another host: its coprocessor (key PEER_KEY) and its floor
+    responder run there, each on a CPU of its own, so nothing is paused between blocks."""
+    if not part.needs_endpoint or "process" not in part.runs_in:
+        raise BacklineError(f"--peer: transport {cfg.transport!r} does not join processes on two hosts; --peer needs "
+                            "one whose nodes have an Endpoint, such as rdma")
+    host, port = cfg.peer_address()
+    placement = Placement(
+        controller=Controller(name="bench-controller"),
+        coprocessors=[Coprocessor(name=PEER_KEY, coprocessor_fn=function, runs_in="process", init_args=init_args,
+                                  endpoint=Endpoint(host=host, port=port))],
+        transport=cfg.transport,
+    )
+    cfg.runs_in = "process"
+    with contextlib.ExitStack() as stack:
+        floor = stack.enter_context(part.bench_floor(cfg, dict(init_args))) if part.bench_floor is not None else None
+        old_affinity = os.sched_getaffinity(0)
+        if cfg.controller_cpu is not None:
+            os.sched_setaffinity(0, {cfg.controller_cpu})
+        try:
+            session = connect_controller(placement, PEER_KEY, in_bytes=cfg.payload_bytes, out_bytes=out_bytes)
+            stack.callback(session.destroy)
+            return _measure(cfg, session, report, table, floor=floor)
         finally:
             os.sched_setaffinity(0, old_affinity)
     raise AssertionError("unreachable")  # the with block returns or raises
@@ -754,7 +806,8 @@ def format_report(result: BenchResult) -> str:
         f"backline bench: transport={cfg.transport} runs_in={cfg.runs_in} fn={cfg.coprocessor_fn} "
         + (f"code={os.path.basename(cfg.code)} p={cfg.error_rate} decoder_id={cfg.decoder_id} " if cfg.code else "")
         + f"driver={cfg.driver} cadence={cfg.cadence} payload={cfg.payload_bytes} B rounds={cfg.rounds:,} "
-        f"cpus={cfg.controller_cpu}->{cfg.coprocessor_cpu}",
+        + (f"cpus={cfg.controller_cpu}->peer {cfg.peer}" if cfg.peer else
+           f"cpus={cfg.controller_cpu}->{cfg.coprocessor_cpu}"),
         f"round 0: {result.round0_ns / 1000:.3f} us (set-up effects; excluded below)",
         f"steady state ({cfg.rounds - 1:,} rounds, us):",
         f"  {'path':<44}{'mean':>10}{'median':>10}{'P99':>10}{'P99.9':>10}{'P99.99':>10}{'P99.999':>10}{'max':>11}",

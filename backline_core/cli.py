@@ -81,7 +81,8 @@ def _integer_any_base(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer (decimal, or 0x... hexadecimal)") from None
 
 
-def _cpu(text: str) -> int | None:
+def cpu_or_none(text: str) -> int | None:
+    """An argparse type: a CPU number, or "none"."""
     if text.strip().lower() == "none":
         return None
     try:
@@ -150,7 +151,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         gap_span=args.gap_span, seed=args.seed, controller_cpu=args.controller_cpu,
         coprocessor_cpu=args.coprocessor_cpu, driver=args.driver, block=args.block, warmup=args.warmup,
         progress=not args.no_progress, code=args.code, error_rate=args.error_rate, decoder_id=args.decoder_id,
-        decoder_params=_params(args.decoder_param), host=args.host,
+        decoder_params=_params(args.decoder_param), host=args.host, peer=args.peer,
     )
     cfg.validate()
     bench.check_outputs(args.json, args.plot)  # before the run: its results must have somewhere to go
@@ -431,11 +432,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--gap-span", type=_integer_any_base, default=0x3FFF,
                    help="random-delayed: gap += LFSR & span (ns), 0 to 0xffffffff")
     b.add_argument("--seed", type=_whole_number, default=1, help="LFSR seed, 1 to 0xffffffff")
-    b.add_argument("--controller-cpu", type=_cpu, default="0", help="CPU for the issuing thread, or none")
-    b.add_argument("--coprocessor-cpu", type=_cpu, default="1",
+    b.add_argument("--controller-cpu", type=cpu_or_none, default="0", help="CPU for the issuing thread, or none")
+    b.add_argument("--coprocessor-cpu", type=cpu_or_none, default="1",
                    help="CPU for the coprocessor and the floor responder, or none")
     b.add_argument("--host", default="127.0.0.1",
                    help="address the coprocessor and the floor responder listen on (transports that need an endpoint)")
+    b.add_argument("--peer", metavar="HOST:PORT",
+                   help="run against a bench peer on another host (`backline rdma bench-peer` there): its "
+                        "coprocessor and floor responder; nothing is started here")
     b.add_argument("--driver", default="native",
                    help="native, python, or a driver plugin such as compiled (backline-compiler)")
     b.add_argument("--code", metavar="NPZ", help="CSS code (Hx, Hz: 0/1 matrices in an .npz) for a decoder such as "

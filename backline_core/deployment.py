@@ -35,7 +35,7 @@ from typing import Any
 from .errors import STATUS, DeadlineError, InvalidArgumentError, PlacementError, TransportError
 from .placement import Placement
 from . import plugins
-from .resolution import DEFAULT_EXECUTOR, ResolvedNode, resolve
+from .resolution import DEFAULT_EXECUTOR, Resolution, ResolvedNode, resolve
 from .session import Session, resolve_function
 
 
@@ -272,11 +272,8 @@ class Deployment:
         try:
             for node in self.resolution.coprocessors:
                 self._bring_up_coprocessor(node, in_bytes, out_bytes)
-            ctl = self.resolution.controller
             for node in self.resolution.coprocessors:
-                session = Session(ctl.library, "controller", node.name, node.controller_config, node.runs_in)
-                self.controller_sessions[node.name] = session
-                _bring_up_controller(session, in_bytes, out_bytes)
+                self.controller_sessions[node.name] = _controller_session(self.resolution, node, in_bytes, out_bytes)
         except BaseException:
             self.close()
             raise
@@ -361,13 +358,32 @@ def start_in_executor(node: ResolvedNode, *, in_bytes: int, out_bytes: int) -> A
     return api.start_coprocessor(node, in_bytes=in_bytes, out_bytes=out_bytes)
 
 
-def _bring_up_controller(session: Session, in_bytes: int, out_bytes: int) -> None:
-    session.connect()
-    session.alloc_memory()
-    session.exchange_keys()
-    session.establish_channel()
-    session.set_message_sizes(in_bytes, out_bytes)
-    session.start()
+def _controller_session(resolution: Resolution, node: ResolvedNode, in_bytes: int, out_bytes: int) -> Session:
+    """The controller's session with ``node``, started (destroyed again if bringing it up fails)."""
+    session = Session(resolution.controller.library, "controller", node.name, node.controller_config, node.runs_in)
+    try:
+        session.connect()
+        session.alloc_memory()
+        session.exchange_keys()
+        session.establish_channel()
+        session.set_message_sizes(in_bytes, out_bytes)
+        session.start()
+    except BaseException:
+        session.destroy()
+        raise
+    return session
+
+
+def connect_controller(placement: Placement, coprocessor: str, *, in_bytes: int, out_bytes: int) -> Session:
+    """The controller's session with ``coprocessor``, which is already served at its Endpoint on
+    another host (``backline coprocessor serve`` there): resolved as :func:`deploy` resolves it,
+    but nothing is started here. The caller destroys the session."""
+    resolution = resolve(placement)
+    node = resolution.coprocessor(coprocessor)
+    if placement.coprocessor(coprocessor).endpoint is None:
+        raise PlacementError(f"coprocessor {coprocessor!r} has no Endpoint: a controller can only connect to a "
+                             "coprocessor served elsewhere at a host and port")
+    return _controller_session(resolution, node, in_bytes, out_bytes)
 
 
 def deploy(placement: Placement, *, in_bytes: int, out_bytes: int) -> Deployment:

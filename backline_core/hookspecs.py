@@ -75,8 +75,11 @@ class Transport:
     ``bench_floor``, if given, is this transport's own bare floor for ``backline bench``:
     ``bench_floor(cfg, init_args)`` (the bench's :class:`~backline_core.bench.BenchConfig` and the
     coprocessor's init_args) returns a context manager whose value has ``label``, ``run(first,
-    out)`` (``len(out)`` rounds, one round trip in ns each; raises if a round is lost), and
-    ``pause()`` / ``resume()``; without one the bench uses the shared-memory floor.
+    out)`` (``len(out)`` rounds, one round trip in ns each; raises if a round is lost),
+    ``pause()`` / ``resume()``, and optionally ``reference()`` (another tool's figures for the
+    same path, or None) with ``reference_note`` (what it ran, or why not); with ``cfg.peer`` the
+    floor's far end is the peer's (``cfg.peer_address()``), started there. Without one the bench
+    uses the shared-memory floor.
     ``distribution`` is filled in by the registry.
     """
 

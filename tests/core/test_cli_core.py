@@ -199,6 +199,24 @@ def test_bench_config_validate_is_the_python_api_check():
     BenchConfig(rounds=100, controller_cpu=None, coprocessor_cpu=None).validate()
 
 
+@pytest.mark.parametrize("peer", ["10.0.0.2", "10.0.0.2:", ":18515", "h:0", "h:65536", "h:x", "[]:1"])
+def test_bench_peer_that_is_not_host_and_port_is_one_line(capsys, peer):
+    bench_error(capsys, [*QUICK, "--peer", peer], f"--peer {peer!r}: give HOST:PORT", "bench-peer")
+
+
+def test_bench_peer_address_and_what_it_leaves_to_the_peer():
+    from backline_core.bench import BenchConfig
+    from backline_core.errors import BacklineError
+
+    assert BenchConfig(peer="10.0.0.2:18515").peer_address() == ("10.0.0.2", 18515)
+    assert BenchConfig(peer="[fd00::2]:18515").peer_address() == ("fd00::2", 18515)
+    # The coprocessor's CPU is the peer's to pin (not checked here); where it runs is a process there.
+    BenchConfig(rounds=100, controller_cpu=None, coprocessor_cpu=4096, peer="h:1").validate()
+    with pytest.raises(BacklineError, match="--runs-in thread: with --peer"):
+        BenchConfig(rounds=100, controller_cpu=None, coprocessor_cpu=None, peer="h:1", runs_in="thread").validate()
+
+
+
 # ---- --code files --------------------------------------------------------------------------
 
 @pytest.mark.defect("a missing --code file was a traceback")

@@ -6,11 +6,11 @@ RDMA WRITEs on the coprocessor's CPU, this process initiates and times them, and
 responder is this module run as a program::
 
     python -P -m backline_transport_rdma.floor serve --host H --port P [--device D --ib-port N
-        --gid-index G --cpu C --timeout-ms T --parent-pid PID]
+        --gid-index G --cpu C --timeout-ms T --wait-ms W --parent-pid PID]
 
 It prints one ``ready port=P pid=N`` line once it listens (port 0: any free port, the one
-it took), serves one initiator until it disconnects, and exits on SIGTERM, SIGINT or SIGHUP
-or when ``--parent-pid`` exits. It imports nothing of backline_core: it starts in a fraction
+it took), waits for one initiator (``--wait-ms``; by default the connect timeout), serves it
+until it disconnects, and exits on SIGTERM, SIGINT or SIGHUP or when ``--parent-pid`` exits. It imports nothing of backline_core: it starts in a fraction
 of the time.
 """
 
@@ -112,7 +112,7 @@ def check_device(device: str = "", ib_port: int = 0, gid_index: int = -1) -> Non
 
 # -- the responder process ----------------------------------------------------------------------
 
-class _StopWatch:
+class StopWatch:
     """SIGTERM, SIGINT, SIGHUP (an orphaned stopped child gets SIGHUP and SIGCONT), or the
     parent's exit (a pidfd; the parent pid polled where there is none)."""
 
@@ -164,10 +164,10 @@ def _say_error(text: str, status: int) -> None:
 
 
 def serve(host: str, port: int, device: str = "", ib_port: int = 0, gid_index: int = -1, cpu: int = -1,
-          timeout_ms: int = DEFAULT_TIMEOUT_MS, parent_pid: int | None = None) -> int:
+          timeout_ms: int = DEFAULT_TIMEOUT_MS, parent_pid: int | None = None, wait_ms: int = 0) -> int:
     """The responder: listen, print ``ready``, serve one initiator; 0 when it is done or a stop came."""
     ffi, lib = native()
-    stop = _StopWatch(parent_pid)  # armed first: a SIGTERM during set-up ends it cleanly
+    stop = StopWatch(parent_pid)  # armed first: a SIGTERM during set-up ends it cleanly
     try:
         if stop.reason is not None:
             return 0
@@ -180,7 +180,7 @@ def serve(host: str, port: int, device: str = "", ib_port: int = 0, gid_index: i
             return 2
         handle = out[0]
         result: list[int] = []
-        worker = threading.Thread(target=lambda: result.append(lib.bl_rdma_floor_serve(handle)),
+        worker = threading.Thread(target=lambda: result.append(lib.bl_rdma_floor_serve(handle, wait_ms)),
                                   name="floor-responder", daemon=True)
         worker.start()
         try:
@@ -217,10 +217,14 @@ def main(argv: list[str] | None = None) -> int:
                    "IPv4-mapped preferred)")
     s.add_argument("--cpu", type=int, default=-1, help="pin the responder to this CPU (default: not pinned)")
     s.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS, help="deadline of a blocked WRITE")
+    s.add_argument("--wait-ms", type=int, default=0, help="how long to wait for the initiator (default 0: the "
+                   "connect timeout, the larger of --timeout-ms and 10 s)")
     s.add_argument("--parent-pid", type=int, default=None, help="exit when this process exits")
     args = parser.parse_args(argv)
+    if args.wait_ms < 0:
+        parser.error(f"--wait-ms {args.wait_ms}: give a number of milliseconds >= 0")
     return serve(args.host, args.port, args.device, args.ib_port, args.gid_index, args.cpu, args.timeout_ms,
-                 args.parent_pid)
+                 args.parent_pid, args.wait_ms)
 
 
 # -- the bench's side ---------------------------------------------------------------------------
@@ -251,13 +255,139 @@ def _as_int(key: str, value: Any, default: int) -> int:
         raise BacklineError(f"init_args {key}={value!r}: must be an integer") from None
 
 
+#: a bench peer's floor responder listens on the peer's port plus this (`backline rdma bench-peer`)
+FLOOR_PORT_OFFSET = 1
+
+
+class Responder:
+    """A floor responder child process (this module's ``serve``), started and stopped cleanly.
+
+    It listens on ``host:port`` (0: a free port, :attr:`port` says which) on ``cpu``, waits
+    ``wait_ms`` for its initiator (0: the connect timeout), exits when this process does
+    (``--parent-pid``), and :meth:`close` leaves nothing running.
+    """
+
+    def __init__(self, host: str, port: int = 0, *, device: str = "", ib_port: int = 0, gid_index: int = -1,
+                 cpu: int | None = None, timeout_ms: int = DEFAULT_TIMEOUT_MS, wait_ms: int = 0,
+                 ready_timeout: float = READY_TIMEOUT_S) -> None:
+        from backline_core.errors import TransportError
+
+        cmd = [sys.executable, "-P", "-m", "backline_transport_rdma.floor", "serve", "--host", host,
+               "--port", str(port), "--ib-port", str(ib_port), "--gid-index", str(gid_index),
+               "--cpu", str(-1 if cpu is None else cpu), "--timeout-ms", str(timeout_ms),
+               "--wait-ms", str(wait_ms), "--parent-pid", str(os.getpid())]
+        if device:
+            cmd += ["--device", device]
+        self.paused = False
+        try:
+            # Its own process group: a terminal's Ctrl-C goes to the bench, which stops it.
+            self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=_child_environment(), process_group=0)
+        except OSError as exc:
+            raise TransportError(f"cannot start the floor responder ({sys.executable}): {exc}") from None
+        try:
+            self.port = self._await_ready(ready_timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def _await_ready(self, ready_timeout: float) -> int:
+        from backline_core.errors import DeadlineError
+
+        assert self.proc is not None and self.proc.stdout is not None
+        deadline = time.monotonic() + ready_timeout
+        line = b""
+        fd = self.proc.stdout.fileno()
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeadlineError(f"the floor responder (pid {self.proc.pid}) was not ready within "
+                                    f"{ready_timeout:g} s")
+            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+            if ready:
+                chunk = os.read(fd, 256)
+                if not chunk:
+                    break
+                line += chunk
+        match = re.match(rb"ready port=(\d+)", line)
+        if match:
+            return int(match.group(1))
+        self.proc.wait(STOP_TIMEOUT_S)
+        raise self._error(f"exited with status {self.proc.returncode} before it was ready")
+
+    def _error(self, how: str) -> Exception:
+        """The error the responder's last line of stderr reports, as the exception its status names."""
+        from backline_core.errors import from_status
+
+        assert self.proc is not None
+        said = (self.proc.stderr.read() if self.proc.stderr else b"").decode(errors="replace").strip()
+        last = said.splitlines()[-1] if said else ""
+        status = re.search(r"\[status (-?\d+)\]\s*$", last)
+        text = re.sub(r"^backline-transport-rdma floor: error: |\s*\[status -?\d+\]\s*$", "", last)
+        return from_status(int(status.group(1)) if status else -8,
+                           f"the floor responder {how}: {text or 'it said nothing'}")
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def wait(self, timeout: float) -> int | None:
+        """Its exit status once it has exited (waiting at most ``timeout`` s), else None."""
+        if self.proc is None:
+            return 0
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def pause(self) -> None:
+        """SIGSTOP it and wait until it is stopped (its CPU is then free)."""
+        if self.proc is not None and not self.paused:
+            from backline_core.bench import pause_process
+
+            pause_process(self.proc.pid)
+            self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT it."""
+        if self.proc is not None and self.paused:
+            from backline_core.bench import resume_process
+
+            resume_process(self.proc.pid)
+            self.paused = False
+
+    def close(self) -> None:
+        """Stop it (SIGCONT, SIGTERM, then SIGKILL) and wait for it (idempotent)."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)  # a stopped process takes no SIGTERM
+                    proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(STOP_TIMEOUT_S)
+        finally:
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+            self.paused = False
+
+
 class Floor:
     """The bench's RDMA floor: a responder process on the coprocessor's CPU and an initiator here.
 
     Use it as a context manager (it starts on enter and leaves nothing behind on exit, on
     every path). :meth:`run` times rounds; :meth:`pause` / :meth:`resume` stop and continue
     the responder (SIGSTOP / SIGCONT), so that it and a spinning coprocessor never share a
-    CPU; :meth:`reference` runs perftest's ``ib_write_lat`` for comparison.
+    CPU; :meth:`reference` runs perftest's ``ib_write_lat`` for comparison. With ``peer``
+    (host, port) the responder is a bench peer's on another host: nothing is started here.
     """
 
     label = LABEL
@@ -265,20 +395,20 @@ class Floor:
     def __init__(self, host: str, payload_bytes: int, *, device: str = "", ib_port: int = 0, gid_index: int = -1,
                  cpu: int | None = None, controller_cpu: int | None = None, timeout_ms: int = DEFAULT_TIMEOUT_MS,
                  reference_rounds: int = PERFTEST_MAX_ROUNDS, cadence: str = "b2b", gap_ns: int = 0,
-                 gap_span: int = 0, seed: int = 1, ready_timeout: float = READY_TIMEOUT_S) -> None:
-        self.host, self.payload_bytes = host, payload_bytes
+                 gap_span: int = 0, seed: int = 1, ready_timeout: float = READY_TIMEOUT_S,
+                 peer: tuple[str, int] | None = None) -> None:
+        self.host, self.payload_bytes, self.peer = host, payload_bytes, peer
         self.device, self.ib_port, self.gid_index = device, ib_port, gid_index
         self.cpu, self.controller_cpu = cpu, controller_cpu
         self.timeout_ms, self.reference_rounds = timeout_ms, reference_rounds
         self.cadence, self.gap_ns, self.gap_span, self.seed = cadence, gap_ns, gap_span, seed
         self.ready_timeout = ready_timeout
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.responder: Responder | None = None
         self.port = 0
         self.description = ""
         #: why :meth:`reference` gave None (or what it ran), for the report
         self.reference_note: str | None = None
         self._handle: Any = None
-        self._paused = False
 
     # -- bring-up and teardown --
 
@@ -290,7 +420,7 @@ class Floor:
         self.close()
 
     def start(self) -> None:
-        """Check the device, start the responder, connect to it."""
+        """Check the device, start the responder (unless it is a peer's), connect to it."""
         from backline_core.errors import from_status
 
         try:
@@ -301,58 +431,17 @@ class Floor:
                 text = f"the floor's RDMA device '{self.device}' is not there: {text}"
             raise from_status(exc.status, text) from None
         try:
-            self._spawn()
+            if self.peer is not None:
+                self.port = self.peer[1]
+            else:
+                self.responder = Responder(self.host, device=self.device, ib_port=self.ib_port,
+                                           gid_index=self.gid_index, cpu=self.cpu, timeout_ms=self.timeout_ms,
+                                           ready_timeout=self.ready_timeout)
+                self.port = self.responder.port
             self._connect()
         except BaseException:
             self.close()
             raise
-
-    def _spawn(self) -> None:
-        from backline_core.errors import TransportError
-
-        cmd = [sys.executable, "-P", "-m", "backline_transport_rdma.floor", "serve", "--host", self.host,
-               "--port", "0", "--ib-port", str(self.ib_port), "--gid-index", str(self.gid_index),
-               "--cpu", str(-1 if self.cpu is None else self.cpu), "--timeout-ms", str(self.timeout_ms),
-               "--parent-pid", str(os.getpid())]
-        if self.device:
-            cmd += ["--device", self.device]
-        try:
-            # Its own process group: a terminal's Ctrl-C goes to the bench, which stops it.
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, env=_child_environment(), process_group=0)
-        except OSError as exc:
-            raise TransportError(f"cannot start the floor responder ({sys.executable}): {exc}") from None
-        self.port = self._await_ready()
-
-    def _await_ready(self) -> int:
-        from backline_core.errors import DeadlineError, from_status
-
-        assert self.proc is not None and self.proc.stdout is not None
-        deadline = time.monotonic() + self.ready_timeout
-        line = b""
-        fd = self.proc.stdout.fileno()
-        while not line.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DeadlineError(f"the floor responder (pid {self.proc.pid}) was not ready within "
-                                    f"{self.ready_timeout:g} s")
-            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
-            if ready:
-                chunk = os.read(fd, 256)
-                if not chunk:
-                    break
-                line += chunk
-        match = re.match(rb"ready port=(\d+)", line)
-        if match:
-            return int(match.group(1))
-        self.proc.wait(STOP_TIMEOUT_S)
-        said = (self.proc.stderr.read() if self.proc.stderr else b"").decode(errors="replace").strip()
-        last = said.splitlines()[-1] if said else ""
-        status = re.search(r"\[status (-?\d+)\]\s*$", last)
-        text = re.sub(r"^backline-transport-rdma floor: error: |\s*\[status -?\d+\]\s*$", "", last)
-        how = f"exited with status {self.proc.returncode}"
-        raise from_status(int(status.group(1)) if status else -8,
-                          f"the floor responder {how} before it was ready: {text or 'it said nothing'}")
 
     def _connect(self) -> None:
         from backline_core.errors import from_status
@@ -374,33 +463,17 @@ class Floor:
         self.description = _text(text)
 
     def close(self) -> None:
-        """Disconnect, stop the responder (SIGCONT, SIGTERM, then SIGKILL) and wait for it (idempotent)."""
+        """Disconnect, stop the responder and wait for it (idempotent)."""
         if self._handle is not None:
             native()[1].bl_rdma_floor_close(self._handle)  # its closing ends the responder's serve
             self._handle = None
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        try:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGCONT)  # a stopped process takes no SIGTERM
-                    proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(STOP_TIMEOUT_S)
-        finally:
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    with contextlib.suppress(OSError):
-                        stream.close()
-            self._paused = False
+        responder, self.responder = self.responder, None
+        if responder is not None:
+            responder.close()
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
+        return self.responder.pid if self.responder is not None else None
 
     # -- what the bench calls --
 
@@ -422,26 +495,24 @@ class Floor:
                                 "than it sent: the device or the responder corrupts writes")
 
     def pause(self) -> None:
-        """SIGSTOP the responder and wait until it is stopped (its CPU is then free)."""
-        if self.proc is not None and not self._paused:
-            from backline_core.bench import pause_process
-
-            pause_process(self.proc.pid)
-            self._paused = True
+        """SIGSTOP the responder and wait until it is stopped (a peer's runs on a CPU of its own)."""
+        if self.responder is not None:
+            self.responder.pause()
 
     def resume(self) -> None:
         """SIGCONT the responder (the next block's warm-up rounds absorb its wake-up)."""
-        if self.proc is not None and self._paused:
-            from backline_core.bench import resume_process
-
-            resume_process(self.proc.pid)
-            self._paused = False
+        if self.responder is not None:
+            self.responder.resume()
 
     def reference(self) -> dict[str, Any] | None:
         """perftest's ``ib_write_lat`` on this floor's device, port and GID with its payload: round trips
         in ns (2 x its one-way figures), or None (:attr:`reference_note` says why)."""
         if self._handle is None:
             self.reference_note = "perftest not run: the floor is not started"
+            return None
+        if self.peer is not None:
+            self.reference_note = ("perftest not run: its server would have to run on the peer's host; run "
+                                   "`ib_write_lat` there and `ib_write_lat HOST` here to compare")
             return None
         ffi, lib = native()
         name = ffi.new("char[]", 64)
@@ -456,9 +527,13 @@ class Floor:
 
 def bench_floor(cfg: Any, init_args: dict[str, Any]) -> Floor:
     """The Transport record's ``bench_floor``: a :class:`Floor` for the bench's configuration, on the
-    device, port, GID and CPU of the coprocessor's ``init_args``."""
+    device, port, GID and CPU of the coprocessor's ``init_args``; with ``--peer``, the peer's responder."""
     cpu = init_args.get("cpu")
-    return Floor(getattr(cfg, "host", "127.0.0.1"), int(cfg.payload_bytes),
+    host, peer = getattr(cfg, "host", "127.0.0.1"), None
+    if getattr(cfg, "peer", None):
+        host, port = cfg.peer_address()
+        peer = (host, port + FLOOR_PORT_OFFSET)
+    return Floor(host, int(cfg.payload_bytes), peer=peer,
                  device=str(init_args.get("device") or ""),
                  ib_port=_as_int("ib_port", init_args.get("ib_port"), 0),
                  gid_index=_as_int("gid_index", init_args.get("gid_index"), -1),

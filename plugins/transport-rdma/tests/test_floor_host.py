@@ -54,7 +54,7 @@ def test_bench_floor_without_a_device_is_one_line_and_starts_nothing() -> None:
             pass
     text = str(info.value)
     assert "\n" not in text and "no RDMA device" in text and "backline rdma devices" in text, text
-    assert f.proc is None and f.pid is None  # the device is checked before the responder starts
+    assert f.responder is None and f.pid is None  # the device is checked before the responder starts
 
 
 def test_a_named_device_that_is_not_there_is_named() -> None:
@@ -227,3 +227,67 @@ def test_no_responder_is_left_behind() -> None:
         if ppid == mine and b"backline_transport_rdma.floor" in cmd:
             left.append(pid)
     assert not left, f"floor responders left running: {left}"
+
+
+# -- the bench against a peer on another host (--peer, `backline rdma bench-peer`) -----------------
+
+def test_bench_floor_with_a_peer_connects_to_the_port_after_the_peers_and_starts_nothing() -> None:
+    cfg = BenchConfig(transport="rdma", rounds=100, payload_bytes=8, peer="10.99.0.2:18515")
+    f = floor.bench_floor(cfg, {"cpu": 1})
+    assert (f.host, f.peer) == ("10.99.0.2", ("10.99.0.2", 18515 + floor.FLOOR_PORT_OFFSET))
+    f.pause()  # the peer's responder runs on a CPU of its own: nothing to stop here
+    f.resume()
+    assert f.pid is None
+
+
+@pytest.mark.parametrize("peer", ["10.99.0.2", "10.99.0.2:", ":18515", "host:0", "host:65536", "host:port"])
+def test_a_peer_that_is_not_host_and_port_is_one_line(peer: str) -> None:
+    result = backline("bench", "--transport", "rdma", "--rounds", "100", "--no-progress", "--peer", peer)
+    assert result.returncode == 2, result
+    line = one_line(result.stderr)
+    assert f"--peer {peer!r}: give HOST:PORT" in line and "bench-peer" in line, line
+
+
+def test_a_peer_takes_ipv6_in_brackets() -> None:
+    assert BenchConfig(peer="[fd00::2]:18515").peer_address() == ("fd00::2", 18515)
+
+
+def test_a_peer_needs_a_transport_with_endpoints() -> None:
+    result = backline("bench", "--transport", "memcpy", "--rounds", "100", "--no-progress", "--peer", "127.0.0.1:9")
+    assert result.returncode == 2, result
+    assert "does not join processes on two hosts" in one_line(result.stderr)
+
+
+def test_a_peer_runs_the_coprocessor_in_its_process() -> None:
+    result = backline("bench", "--transport", "rdma", "--rounds", "100", "--no-progress", "--peer", "127.0.0.1:9",
+                      "--runs-in", "thread")
+    assert result.returncode == 2, result
+    assert "--runs-in thread: with --peer" in one_line(result.stderr)
+
+
+def test_a_peer_without_a_device_here_is_one_line() -> None:
+    result = backline("bench", "--transport", "rdma", "--rounds", "100", "--no-progress", "--peer", "127.0.0.1:9")
+    assert result.returncode == 2, result
+    assert "no RDMA device" in one_line(result.stderr)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--cpu", "0", "--floor-cpu", "0"], "--cpu and --floor-cpu are both 0"),
+    (["--port", "0"], "--port 0: give a TCP port from 1 to 65534"),
+    (["--port", "65535"], "--port 65535"),
+    (["--cpu", "4096"], "--cpu 4096: not a CPU this process may run on"),
+    (["--floor-cpu", "x"], "'x' is not a CPU number"),
+    (["--duration", "-1"], "--duration -1.0: give a number of seconds > 0"),
+], ids=["same-cpu", "port-0", "port-last", "cpu-absent", "cpu-text", "duration"])
+def test_bench_peer_bad_input_is_one_line(args: list[str], says: str) -> None:
+    result = backline("rdma", "bench-peer", *args)
+    assert result.returncode == 2, result
+    assert says in one_line(result.stderr)
+
+
+def test_bench_peer_without_a_device_is_one_line_and_leaves_nothing_running() -> None:
+    result = backline("rdma", "bench-peer", "--cpu", "none", "--floor-cpu", "none", "--duration", "5")
+    assert result.returncode == 2, result
+    line = one_line(result.stderr)
+    assert "the floor responder exited" in line and "no RDMA device" in line, line
+    assert "ready" not in result.stdout

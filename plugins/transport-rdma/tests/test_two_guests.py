@@ -24,6 +24,7 @@ GUEST = Path(__file__).resolve().parents[1] / "guest" / "run-in-guest"
 REPO = Path(__file__).resolve().parents[3]
 PORT = 18515
 ROUNDS = 2000
+BENCH_ROUNDS = 5000
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("BACKLINE_REQUIRE_RDMA") != "1",
@@ -35,7 +36,7 @@ import statistics, sys, time
 from backline_core import Session
 table = [0x00, 0x01, 0x10, 0x02, 0x40, 0x08, 0x20, 0x04]
 t0 = time.monotonic()
-s = Session.open("rdma", "controller", "dec", in_bytes=1, out_bytes=1,
+s = Session.open("rdma", "controller", "bench", in_bytes=1, out_bytes=1,
                  config="host=10.99.0.2;port={PORT};timeout_ms=10000;connect_timeout_ms=240000")
 print(f"connected after {{time.monotonic() - t0:.1f}} s", flush=True)
 rtt = []
@@ -55,8 +56,8 @@ def _free_udp_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _guest(out: Path, mac: str, local: int, remote: int, command: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "GUEST_SMP": "1", "GUEST_MEM": "1G", "RXE_NETDEV": "eth0", "GUEST_OUT": str(out),
+def _guest(out: Path, mac: str, local: int, remote: int, command: str, smp: int = 1) -> subprocess.Popen[str]:
+    env = {**os.environ, "GUEST_SMP": str(smp), "GUEST_MEM": "1G", "RXE_NETDEV": "eth0", "GUEST_OUT": str(out),
            "GUEST_TIMEOUT": "600",
            "QEMU_NET": f"-netdev socket,id=n0,udp=127.0.0.1:{remote},localaddr=127.0.0.1:{local} "
                        f"-device virtio-net-pci,netdev=n0,mac={mac},romfile="}
@@ -77,13 +78,17 @@ def test_rounds_cross_two_guests_on_a_virtual_wire() -> None:
     a_port, b_port = _free_udp_port(), _free_udp_port()
     scratch = Path(tempfile.mkdtemp(prefix="backline-two-guests-"))
     python = sys.executable
-    serve = (f"ip addr add 10.99.0.2/24 dev eth0 && {python} -m backline_core.cli coprocessor serve "
-             f"--transport rdma --key dec --fn steane --config 'host=10.99.0.2;port={PORT}' --duration 500")
+    # Two CPUs in the coprocessor's guest: its poller and the floor responder each spin on one.
+    serve = (f"ip addr add 10.99.0.2/24 dev eth0 && {python} -m backline_core.cli rdma bench-peer "
+             f"--host 10.99.0.2 --port {PORT} --fn steane --cpu 1 --floor-cpu 0 --duration 800")
     (scratch / "controller.py").write_text(CONTROLLER)
     control = (f"ip addr add 10.99.0.1/24 dev eth0 && "
                f"for i in $(seq 120); do busybox ping -c1 -W1 10.99.0.2 >/dev/null && break; done && "
-               f"{python} {scratch / 'controller.py'}")
-    b = _guest(scratch / "b", "52:54:00:00:00:02", b_port, a_port, serve)
+               f"{python} {scratch / 'controller.py'} && "
+               f"{python} -m backline_core.cli bench --transport rdma --peer 10.99.0.2:{PORT} "
+               f"--coprocessor-fn steane --payload-bytes 1 --rounds {BENCH_ROUNDS} --block 1000 --no-progress "
+               f"--controller-cpu 0")
+    b = _guest(scratch / "b", "52:54:00:00:00:02", b_port, a_port, serve, smp=2)
     a = _guest(scratch / "a", "52:54:00:00:00:01", a_port, b_port, control)
     try:
         try:
@@ -95,7 +100,15 @@ def test_rounds_cross_two_guests_on_a_virtual_wire() -> None:
         assert a.returncode == 0, f"controller guest failed (status {a.returncode}):\n{a_out}\n--- coprocessor guest:\n" \
                                   f"{_stop(b)}"
         assert "two-guest rounds ok" in a_out
+        for needle in ("cpus=0->peer 10.99.0.2", "framework/floor: median", "lost: 0  mismatched replies: 0"):
+            assert needle in a_out, f"{needle!r} missing from the controller guest's output:\n{a_out}"
+        try:  # the bench closed its floor: the peer's run is over and its guest powers off
+            b_out, _ = b.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the coprocessor guest did not end after the bench:\n{_stop(b)}")
+        assert b.returncode == 0 and "ready peer=10.99.0.2" in b_out, b_out
     finally:
-        _stop(b)
-        _stop(a) if a.poll() is None else None
+        for proc in (b, a):
+            if proc.returncode is None:
+                _stop(proc)
         shutil.rmtree(scratch, ignore_errors=True)

@@ -61,12 +61,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FL_HEADER_BYTES 12u
 enum { FL_HELLO = 1, FL_ACCEPT = 2 };
 #define FL_TEXT_BYTES 160u
 #define FL_HELLO_BYTES (4u + 4u + RV_PEER_BYTES)
 #define FL_ACCEPT_BYTES (4u + RV_PEER_BYTES + FL_TEXT_BYTES)
-#define RV_MAGIC_FRAMEWORK 0x424c5244u /* "BLRD", rdma.c's handshake */
+_Static_assert(FL_ACCEPT_BYTES <= RV_MSG_MAX_BODY, "the floor's largest message fits rv_msg_send");
 #define FL_CHECK_NS 1000000ull         /* look at the CQ, the socket and the deadline this often */
 
 /* ---- the round clock: the core's (a calibrated constant-rate counter), so framework and
@@ -129,30 +128,17 @@ struct bl_rdma_floor {
     uint64_t timeout_ns, connect_timeout_ns;
     uint32_t payload_bytes, counter_off, msg_bytes, stride;
     rv_peer remote;
-    /* the send queue, as rdma.c's link */
-    uint32_t signal_every, since_signal;
-    uint64_t posted, reaped;
     struct ibv_sge sge;
     struct ibv_send_wr wr;
     uint64_t seq; /* the last round answered */
     int32_t cadence;
     uint32_t lfsr;
     uint64_t gap_base_ns, gap_span_mask;
-    int dead;
     int stop;
     char error[BL_RDMA_FLOOR_ERROR_BYTES];
 };
 
-static int32_t fail(char *err, size_t n, int32_t rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int32_t fail(char *err, size_t n, int32_t rc, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
-#define HFAIL(h, rc, ...) fail((h)->error, sizeof (h)->error, (rc), __VA_ARGS__)
+#define HFAIL(h, rc, ...) rv_fail((h)->error, sizeof (h)->error, (rc), __VA_ARGS__)
 
 static uint8_t *tx(const struct bl_rdma_floor *h) { return h->mem.addr; }
 static uint8_t *rx(const struct bl_rdma_floor *h) { return h->mem.addr + h->stride; }
@@ -174,26 +160,26 @@ static void floor_free(struct bl_rdma_floor *h) {
 }
 
 static int32_t check_host(const char *host, char *err, size_t n) {
-    if (!host || !*host) return fail(err, n, BL_EINVAL, "the floor needs a host to listen on or dial (e.g. 127.0.0.1)");
-    if (strlen(host) >= 256) return fail(err, n, BL_EINVAL, "host '%.40s...' is longer than 255 characters", host);
+    if (!host || !*host) return rv_fail(err, n, BL_EINVAL, "the floor needs a host to listen on or dial (e.g. 127.0.0.1)");
+    if (strlen(host) >= 256) return rv_fail(err, n, BL_EINVAL, "host '%.40s...' is longer than 255 characters", host);
     return BL_OK;
 }
 
 static int32_t check_device_args(const char *device, int32_t ib_port, int32_t gid_index, char *err, size_t n) {
     if (device && strlen(device) >= IBV_SYSFS_NAME_MAX)
-        return fail(err, n, BL_EINVAL, "device '%s': an RDMA device name has at most %d characters", device,
+        return rv_fail(err, n, BL_EINVAL, "device '%s': an RDMA device name has at most %d characters", device,
                     IBV_SYSFS_NAME_MAX - 1);
     if (ib_port < 0 || ib_port > 255)
-        return fail(err, n, BL_EINVAL, "ib_port %d: give a port number from 1 (or 0: the first active port)", ib_port);
+        return rv_fail(err, n, BL_EINVAL, "ib_port %d: give a port number from 1 (or 0: the first active port)", ib_port);
     if (gid_index < -1 || gid_index > 65535)
-        return fail(err, n, BL_EINVAL, "gid_index %d: give a GID index from 0 (or -1: the default RoCE v2 GID)",
+        return rv_fail(err, n, BL_EINVAL, "gid_index %d: give a GID index from 0 (or -1: the default RoCE v2 GID)",
                     gid_index);
     return BL_OK;
 }
 
 static int32_t set_timeouts(struct bl_rdma_floor *h, uint64_t timeout_ms, char *err, size_t n) {
     if (timeout_ms < 1 || timeout_ms > BL_MAX_TIMEOUT_MS)
-        return fail(err, n, BL_EINVAL, "timeout_ms %llu: give 1 to %u", (unsigned long long)timeout_ms,
+        return rv_fail(err, n, BL_EINVAL, "timeout_ms %llu: give 1 to %u", (unsigned long long)timeout_ms,
                     BL_MAX_TIMEOUT_MS);
     h->timeout_ns = timeout_ms * 1000000ull;
     uint64_t c = timeout_ms > BL_DEFAULT_CONNECT_TIMEOUT_MS ? timeout_ms : BL_DEFAULT_CONNECT_TIMEOUT_MS;
@@ -210,7 +196,6 @@ static int32_t make_path(struct bl_rdma_floor *h, uint32_t payload_bytes) {
     int32_t rc = rv_memory_alloc(&h->dev, &h->mem, RV_MEMORY_HOST, 2 * (size_t)h->stride, h->error, sizeof h->error);
     if (rc) return rc;
     if ((rc = rv_qp_create(&h->dev, &h->q, 0, h->error, sizeof h->error))) return rc;
-    h->signal_every = h->q.sq_depth / 4 ? h->q.sq_depth / 4 : 1;
     h->sge.lkey = h->mem.mr->lkey;
     h->sge.length = h->msg_bytes;
     h->wr.sg_list = &h->sge;
@@ -224,108 +209,49 @@ static void aim(struct bl_rdma_floor *h) {
     h->wr.wr.rdma.rkey = h->remote.rkey;
 }
 
-/* ---- the send queue (rdma.c's reap and cadence) ---- */
+/* ---- the send queue (verbs.h: rv_post, rv_reap) ---- */
 
-static int32_t reap(struct bl_rdma_floor *h, uint32_t room, uint64_t wait_ns) {
-    uint64_t deadline = 0;
-    for (;;) {
-        if (h->posted != h->reaped) {
-            struct ibv_wc wc[4];
-            int got = ibv_poll_cq(h->q.cq, 4, wc);
-            for (int i = 0; i < got; ++i) {
-                if (wc[i].status != IBV_WC_SUCCESS) {
-                    if (!h->dead)
-                        HFAIL(h, 0, "an RDMA WRITE to the floor's peer failed: %s (verbs status %d)",
-                              ibv_wc_status_str(wc[i].status), (int)wc[i].status);
-                    h->dead = 1;
-                } else if (wc[i].wr_id > h->reaped) {
-                    h->reaped = wc[i].wr_id;
-                }
-            }
-            if (got < 0 && !h->dead) {
-                HFAIL(h, 0, "ibv_poll_cq failed on the floor's completion queue");
-                h->dead = 1;
-            }
-        }
-        if (h->dead) return BL_EPEER;
-        if (h->posted - h->reaped + room <= h->q.sq_depth) return BL_OK;
-        uint64_t now = rv_now_ns();
-        if (!deadline) deadline = now + wait_ns;
-        if (now > deadline) {
-            h->dead = 1;
-            return HFAIL(h, BL_ETIMEOUT, "the floor's send queue stayed full for timeout_ms: no completion for %llu "
-                         "WRITEs", (unsigned long long)(h->posted - h->reaped));
-        }
-    }
-}
-
-/* One WRITE of msg_bytes from `local` to the peer's rx. */
+/* One WRITE of msg_bytes from `local` to the peer's rx. A send queue that stays full ends
+ * this path for good, as an error completion does. */
 static inline int32_t post(struct bl_rdma_floor *h, uint8_t *local) {
-    int32_t rc = reap(h, 1, h->timeout_ns);
-    if (rc) return rc;
     h->sge.addr = (uintptr_t)local;
     h->wr.send_flags = h->msg_bytes <= h->q.max_inline ? IBV_SEND_INLINE : 0;
-    h->posted++;
-    if (++h->since_signal >= h->signal_every) {
-        h->since_signal = 0;
-        h->wr.send_flags |= IBV_SEND_SIGNALED;
-        h->wr.wr_id = h->posted; /* this completion frees every entry up to here */
-    }
-    struct ibv_send_wr *bad = NULL;
-    int e = ibv_post_send(h->q.qp, &h->wr, &bad);
-    if (e) {
-        h->dead = 1;
-        return HFAIL(h, BL_EPEER, "ibv_post_send failed: %s", strerror(e));
-    }
-    return BL_OK;
+    int32_t rc = rv_post(&h->q, &h->wr, h->timeout_ns, h->error, sizeof h->error);
+    if (rc) h->q.dead = 1;
+    return rc;
 }
+
+static int32_t reap(struct bl_rdma_floor *h) { return rv_reap(&h->q, 0, 0, h->error, sizeof h->error); }
 
 /* ---- handshake ---- */
 
-static void header(uint8_t *p, uint16_t type, uint32_t body) {
-    rv_put32(p, BL_RDMA_FLOOR_MAGIC);
-    p[4] = (uint8_t)(BL_RDMA_FLOOR_VERSION >> 8);
-    p[5] = (uint8_t)BL_RDMA_FLOOR_VERSION;
-    p[6] = (uint8_t)(type >> 8);
-    p[7] = (uint8_t)type;
-    rv_put32(p + 8, body);
-}
-
 static int32_t send_msg(int fd, uint16_t type, const uint8_t *body, uint32_t len, uint64_t deadline, char *err,
                         size_t n) {
-    uint8_t msg[FL_HEADER_BYTES + FL_ACCEPT_BYTES];
-    header(msg, type, len);
-    memcpy(msg + FL_HEADER_BYTES, body, len);
-    return rv_send_all(fd, msg, FL_HEADER_BYTES + len, deadline, err, n);
+    return rv_msg_send(fd, BL_RDMA_FLOOR_MAGIC, BL_RDMA_FLOOR_VERSION, type, body, len, deadline, err, n);
 }
 
 /* A message of `type` and `len` bytes from `who`, or a clear refusal of what came instead. */
 static int32_t recv_msg(int fd, uint16_t type, uint8_t *body, uint32_t len, uint64_t deadline, const char *who,
                         char *err, size_t n) {
-    uint8_t h[FL_HEADER_BYTES];
+    rv_msg_header h;
     char why[256];
-    int32_t rc = rv_recv_all(fd, h, sizeof h, deadline, why, sizeof why);
+    int32_t rc = rv_msg_recv_header(fd, &h, deadline, why, sizeof why);
     if (rc)
-        return fail(err, n, rc, "%s sent no floor %s message (%s)", who, type == FL_HELLO ? "HELLO" : "ACCEPT", why);
-    uint32_t magic = rv_get32(h);
-    uint16_t version = (uint16_t)(h[4] << 8 | h[5]), got = (uint16_t)(h[6] << 8 | h[7]);
-    if (magic == RV_MAGIC_FRAMEWORK)
-        return fail(err, n, BL_EPEER, "%s speaks the rdma transport's handshake (\"BLRD\"), not the floor's "
+        return rv_fail(err, n, rc, "%s sent no floor %s message (%s)", who, type == FL_HELLO ? "HELLO" : "ACCEPT", why);
+    if (h.magic == RV_MAGIC_TRANSPORT)
+        return rv_fail(err, n, BL_EPEER, "%s speaks the rdma transport's handshake (\"BLRD\"), not the floor's "
                     "(\"BLFL\"): it is a Backline rdma coprocessor or controller; give the floor a port of its own", who);
-    if (magic != BL_RDMA_FLOOR_MAGIC) {
-        char text[64];
-        rv_printable(h, sizeof h, text, sizeof text);
-        return fail(err, n, BL_EPEER, "%s is not a floor peer: it sent \"%s\" where the floor's handshake starts "
-                    "with \"BLFL\"", who, text);
-    }
-    if (version != BL_RDMA_FLOOR_VERSION)
-        return fail(err, n, BL_EABI, "%s speaks version %u of the floor's handshake, this side version %u; run both "
-                    "sides from the same backline-transport-rdma", who, version, BL_RDMA_FLOOR_VERSION);
-    if (got != type || rv_get32(h + 8) != len)
-        return fail(err, n, BL_EPEER, "%s sent floor message type %u of %u bytes where type %u of %u was due", who,
-                    got, rv_get32(h + 8), type, len);
+    if (h.magic != BL_RDMA_FLOOR_MAGIC)
+        return rv_fail(err, n, BL_EPEER, "%s is not a floor peer: it sent \"%s\" where the floor's handshake starts "
+                    "with \"BLFL\"", who, h.text);
+    if (h.version != BL_RDMA_FLOOR_VERSION)
+        return rv_fail(err, n, BL_EABI, "%s speaks version %u of the floor's handshake, this side version %u; run both "
+                    "sides from the same backline-transport-rdma", who, h.version, BL_RDMA_FLOOR_VERSION);
+    if (h.type != type || h.body_bytes != len)
+        return rv_fail(err, n, BL_EPEER, "%s sent floor message type %u of %u bytes where type %u of %u was due", who,
+                    h.type, h.body_bytes, type, len);
     rc = rv_recv_all(fd, body, len, deadline, why, sizeof why);
-    if (rc) return fail(err, n, rc, "%s sent a truncated floor message (%s)", who, why);
+    if (rc) return rv_fail(err, n, rc, "%s sent a truncated floor message (%s)", who, why);
     return BL_OK;
 }
 
@@ -354,16 +280,16 @@ static int32_t open_device(struct bl_rdma_floor *h, const char *device, int32_t 
 BL_API int32_t bl_rdma_floor_listen(const char *host, int32_t port, const char *device, int32_t ib_port,
                                     int32_t gid_index, int32_t cpu, uint64_t timeout_ms, bl_rdma_floor **out,
                                     char *err, size_t n) {
-    if (!out) return fail(err, n, BL_EINVAL, "bl_rdma_floor_listen: out is NULL");
+    if (!out) return rv_fail(err, n, BL_EINVAL, "bl_rdma_floor_listen: out is NULL");
     *out = NULL;
     int32_t rc = check_host(host, err, n);
     if (rc) return rc;
     if (port < 0 || port > 65535)
-        return fail(err, n, BL_EINVAL, "port %d: give 1 to 65535 (or 0: any free port)", port);
+        return rv_fail(err, n, BL_EINVAL, "port %d: give 1 to 65535 (or 0: any free port)", port);
     if (cpu >= CPU_SETSIZE)
-        return fail(err, n, BL_EINVAL, "cpu %d: give a CPU number below %d (or -1)", cpu, CPU_SETSIZE);
+        return rv_fail(err, n, BL_EINVAL, "cpu %d: give a CPU number below %d (or -1)", cpu, CPU_SETSIZE);
     struct bl_rdma_floor *h = floor_new();
-    if (!h) return fail(err, n, BL_ENOMEM, "out of memory");
+    if (!h) return rv_fail(err, n, BL_ENOMEM, "out of memory");
     h->responder = 1;
     h->cpu = cpu;
     snprintf(h->host, sizeof h->host, "%s", host);
@@ -371,7 +297,7 @@ BL_API int32_t bl_rdma_floor_listen(const char *host, int32_t port, const char *
         goto fail;
     char why[512];
     if ((rc = rv_listen(host, port, &h->listen_fd, why, sizeof why))) {
-        fail(err, n, rc, "the floor responder cannot listen: %s", why);
+        rv_fail(err, n, rc, "the floor responder cannot listen: %s", why);
         goto fail;
     }
     struct sockaddr_storage sa;
@@ -441,7 +367,7 @@ static int32_t pin_self(int cpu, char *err, size_t n) {
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
     int e = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    if (e) return fail(err, n, BL_EINVAL, "cannot pin the floor responder to CPU %d: %s", cpu, strerror(e));
+    if (e) return rv_fail(err, n, BL_EINVAL, "cannot pin the floor responder to CPU %d: %s", cpu, strerror(e));
     return BL_OK;
 }
 
@@ -458,7 +384,7 @@ static int32_t echo(struct bl_rdma_floor *h) {
                 uint64_t now = fl_ticks();
                 if (now >= check_at) {
                     check_at = now + check;
-                    if (reap(h, 0, 0)) return BL_EPEER;
+                    if (reap(h)) return BL_EPEER;
                     if (rv_peer_closed(h->fd)) return BL_OK; /* the initiator is done (or gone) */
                 }
             }
@@ -469,20 +395,24 @@ static int32_t echo(struct bl_rdma_floor *h) {
     }
 }
 
-BL_API int32_t bl_rdma_floor_serve(bl_rdma_floor *h) {
+BL_API int32_t bl_rdma_floor_serve(bl_rdma_floor *h, uint64_t wait_ms) {
     if (!h || !h->responder) return BL_EINVAL;
     if (h->fd >= 0) return HFAIL(h, BL_ESTATE, "this floor responder has served its initiator already");
+    if (wait_ms > BL_MAX_TIMEOUT_MS)
+        return HFAIL(h, BL_EINVAL, "wait_ms %llu: give 1 to %u, or 0 for the connect timeout",
+                     (unsigned long long)wait_ms, BL_MAX_TIMEOUT_MS);
+    uint64_t wait_ns = wait_ms ? wait_ms * 1000000ull : h->connect_timeout_ns;
     pthread_once(&calibrated, calibrate); /* its checks are paced in ticks */
     int32_t rc = pin_self(h->cpu, h->error, sizeof h->error);
     if (rc) return rc;
-    uint64_t deadline = rv_now_ns() + h->connect_timeout_ns;
+    uint64_t deadline = rv_now_ns() + wait_ns;
     char refused[BL_RDMA_FLOOR_ERROR_BYTES] = "";
     while (h->fd < 0) {
         if (stopping(h)) return BL_OK;
         uint64_t now = rv_now_ns();
         if (now >= deadline)
             return HFAIL(h, BL_ETIMEOUT, "no floor initiator connected to %s:%d within %llu ms%s%s", h->host, h->port,
-                         (unsigned long long)(h->connect_timeout_ns / 1000000ull), *refused ? "; " : "", refused);
+                         (unsigned long long)(wait_ns / 1000000ull), *refused ? "; " : "", refused);
         struct pollfd p = {.fd = h->listen_fd, .events = POLLIN};
         uint64_t left_ms = (deadline - now + 999999) / 1000000;
         int r = poll(&p, 1, left_ms > 100 ? 100 : (int)left_ms); /* short steps: a stop is seen soon */
@@ -512,25 +442,25 @@ BL_API void bl_rdma_floor_free(bl_rdma_floor *h) { floor_free(h); }
 BL_API int32_t bl_rdma_floor_open(const char *host, int32_t port, const char *device, int32_t ib_port,
                                   int32_t gid_index, uint32_t payload_bytes, uint64_t timeout_ms,
                                   bl_rdma_floor **out, char *err, size_t n) {
-    if (!out) return fail(err, n, BL_EINVAL, "bl_rdma_floor_open: out is NULL");
+    if (!out) return rv_fail(err, n, BL_EINVAL, "bl_rdma_floor_open: out is NULL");
     *out = NULL;
     int32_t rc = check_host(host, err, n);
     if (rc) return rc;
     if (port < 1 || port > 65535)
-        return fail(err, n, BL_EINVAL, "port %d: give the responder's port, 1 to 65535", port);
+        return rv_fail(err, n, BL_EINVAL, "port %d: give the responder's port, 1 to 65535", port);
     if (payload_bytes < 1 || payload_bytes > BL_RDMA_FLOOR_MAX_PAYLOAD_BYTES)
-        return fail(err, n, BL_ETOOBIG, "payload_bytes %u: the floor carries 1 to %u bytes", payload_bytes,
+        return rv_fail(err, n, BL_ETOOBIG, "payload_bytes %u: the floor carries 1 to %u bytes", payload_bytes,
                     BL_RDMA_FLOOR_MAX_PAYLOAD_BYTES);
     pthread_once(&calibrated, calibrate);
     struct bl_rdma_floor *h = floor_new();
-    if (!h) return fail(err, n, BL_ENOMEM, "out of memory");
+    if (!h) return rv_fail(err, n, BL_ENOMEM, "out of memory");
     snprintf(h->host, sizeof h->host, "%s", host);
     h->port = port;
     h->cpu = -1;
     if ((rc = set_timeouts(h, timeout_ms, err, n)) || (rc = open_device(h, device, ib_port, gid_index, err, n)))
         goto fail;
     if ((rc = make_path(h, payload_bytes))) {
-        fail(err, n, rc, "%s", h->error);
+        rv_fail(err, n, rc, "%s", h->error);
         goto fail;
     }
     uint64_t deadline = rv_now_ns() + h->connect_timeout_ns;
@@ -538,11 +468,11 @@ BL_API int32_t bl_rdma_floor_open(const char *host, int32_t port, const char *de
     snprintf(who, sizeof who, "the peer at %s:%d", host, port);
     if ((rc = rv_dial(host, port, deadline, &h->fd, why, sizeof why))) {
         if (rc == BL_ETIMEOUT)
-            fail(err, n, rc, "no floor responder answered at %s:%d within %llu ms; start one with `python -m "
+            rv_fail(err, n, rc, "no floor responder answered at %s:%d within %llu ms; start one with `python -m "
                  "backline_transport_rdma.floor serve --host %s --port %d`", host, port,
                  (unsigned long long)(h->connect_timeout_ns / 1000000ull), host, port);
         else
-            fail(err, n, rc, "cannot reach the floor responder at %s:%d: %s", host, port, why);
+            rv_fail(err, n, rc, "cannot reach the floor responder at %s:%d: %s", host, port, why);
         goto fail;
     }
     uint8_t hello[FL_HELLO_BYTES] = {0}, accept_[FL_ACCEPT_BYTES];
@@ -551,15 +481,15 @@ BL_API int32_t bl_rdma_floor_open(const char *host, int32_t port, const char *de
     rv_peer_local(&h->dev, &h->q, &h->mem, h->stride, &mine);
     rv_peer_encode(&mine, hello + 8);
     if ((rc = send_msg(h->fd, FL_HELLO, hello, sizeof hello, deadline, why, sizeof why))) {
-        fail(err, n, rc, "%s did not take the floor's HELLO: %s", who, why);
+        rv_fail(err, n, rc, "%s did not take the floor's HELLO: %s", who, why);
         goto fail;
     }
     if ((rc = recv_msg(h->fd, FL_ACCEPT, accept_, sizeof accept_, deadline, who, why, sizeof why))) {
         if (rc == BL_EPEER || rc == BL_ETIMEOUT)
-            fail(err, n, rc, "%s (is a floor responder listening there? a Backline rdma coprocessor, or another "
+            rv_fail(err, n, rc, "%s (is a floor responder listening there? a Backline rdma coprocessor, or another "
                  "program, answers otherwise)", why);
         else
-            fail(err, n, rc, "%s", why);
+            rv_fail(err, n, rc, "%s", why);
         goto fail;
     }
     int32_t status = (int32_t)rv_get32(accept_);
@@ -568,13 +498,13 @@ BL_API int32_t bl_rdma_floor_open(const char *host, int32_t port, const char *de
         memcpy(raw, accept_ + 4 + RV_PEER_BYTES, FL_TEXT_BYTES);
         raw[FL_TEXT_BYTES] = 0;
         rv_printable((const uint8_t *)raw, strlen(raw), text, sizeof text);
-        rc = fail(err, n, status < 0 && status >= BL_EAUTH ? status : BL_EPEER, "the floor responder at %s:%d "
+        rc = rv_fail(err, n, status < 0 && status >= BL_EAUTH ? status : BL_EPEER, "the floor responder at %s:%d "
                   "refused: %s", host, port, text);
         goto fail;
     }
     rv_peer_decode(accept_ + 4, &h->remote);
     if ((rc = rv_qp_connect(&h->dev, &h->q, &h->remote, why, sizeof why))) {
-        fail(err, n, rc, "%s", why);
+        rv_fail(err, n, rc, "%s", why);
         goto fail;
     }
     aim(h);
@@ -622,7 +552,7 @@ BL_API int32_t bl_rdma_floor_rounds(bl_rdma_floor *h, uint64_t first_round, uint
         if (h) HFAIL(h, BL_EINVAL, "bl_rdma_floor_rounds needs an initiator handle and rtt_ns");
         return BL_EINVAL;
     }
-    if (h->dead && rounds) {
+    if (h->q.dead && rounds) {
         res->lost = 1;
         res->first_error = BL_ESTATE;
         char was[BL_RDMA_FLOOR_ERROR_BYTES];
@@ -649,7 +579,7 @@ BL_API int32_t bl_rdma_floor_rounds(bl_rdma_floor *h, uint64_t first_round, uint
                 check_at = now + check;
                 uint64_t wall = rv_now_ns();
                 if (!deadline) deadline = wall + h->timeout_ns - FL_CHECK_NS; /* the first check is ~1 ms in */
-                if ((rc = reap(h, 0, 0))) break;
+                if ((rc = reap(h))) break;
                 if (rv_peer_closed(h->fd)) {
                     rc = HFAIL(h, BL_EPEER, "the floor responder's connection from %s:%d closed in round %llu (it "
                                "exited or was killed)", h->host, h->port, (unsigned long long)seq);
@@ -664,7 +594,7 @@ BL_API int32_t bl_rdma_floor_rounds(bl_rdma_floor *h, uint64_t first_round, uint
             }
         }
         if (rc) {
-            h->dead = 1;
+            h->q.dead = 1;
             rtt_ns[k] = 0;
             res->lost = 1;
             res->first_error = rc;

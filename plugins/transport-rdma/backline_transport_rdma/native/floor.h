@@ -43,10 +43,11 @@ BL_API int32_t bl_rdma_floor_listen(const char *host, int32_t port, const char *
                                     char *err, size_t n);
 /* The TCP port a responder listens on. */
 BL_API int32_t bl_rdma_floor_port(const bl_rdma_floor *h);
-/* Serve ONE initiator: wait (at most timeout_ms) for it, then echo its rounds until it
- * disconnects (BL_OK) or bl_rdma_floor_stop is called (BL_OK). Prints nothing; on failure
- * the text is bl_rdma_floor_error's. */
-BL_API int32_t bl_rdma_floor_serve(bl_rdma_floor *h);
+/* Serve ONE initiator: wait for it (at most wait_ms, 1 to BL_MAX_TIMEOUT_MS; 0: the connect
+ * timeout, the larger of timeout_ms and BL_DEFAULT_CONNECT_TIMEOUT_MS), then echo its rounds
+ * until it disconnects (BL_OK) or bl_rdma_floor_stop is called (BL_OK). Prints nothing; on
+ * failure the text is bl_rdma_floor_error's. */
+BL_API int32_t bl_rdma_floor_serve(bl_rdma_floor *h, uint64_t wait_ms);
 /* Ask a running serve to return (async-signal-safe: it sets a flag). */
 BL_API void bl_rdma_floor_stop(bl_rdma_floor *h);
 BL_API void bl_rdma_floor_free(bl_rdma_floor *h);

@@ -180,3 +180,34 @@ def test_bench_rdma_prints_framework_floor_and_perftest(extra, tmp_path) -> None
     assert data["lost"] == 0 and data["mismatched"] == 0
     left = leftovers(b"backline_transport_rdma.floor", b"ib_write_lat", b"coprocessor\0serve")
     assert not left, f"left running: {left}"
+
+
+def test_bench_against_a_bench_peer_runs_with_nothing_started_here(tmp_path) -> None:
+    # The two-host mode on one host: the peer serves the coprocessor and the floor's responder,
+    # the bench starts neither. (test_two_guests.py runs it across two guests.)
+    port = free_port()
+    peer = subprocess.Popen([sys.executable, "-m", "backline_core.cli", "rdma", "bench-peer", "--host", HOST,
+                             "--port", str(port), "--fn", "steane", "--cpu", "none", "--floor-cpu", "none",
+                             "--duration", str(BENCH_TIMEOUT_S)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready = peer.stdout.readline()
+        assert ready.startswith(f"ready peer={HOST}:{port} coprocessor=steane"), ready + peer.stderr.read()
+        result = subprocess.run([sys.executable, "-m", "backline_core.cli", "bench", "--transport", "rdma",
+                                 "--peer", f"{HOST}:{port}", "--coprocessor-fn", "steane", "--payload-bytes", "1",
+                                 "--rounds", "2000", "--block", "1000", "--no-progress", "--controller-cpu", "none"],
+                                capture_output=True, text=True, timeout=BENCH_TIMEOUT_S, cwd=str(tmp_path))
+        print(result.stdout)
+        assert result.returncode == 0, result.stdout + result.stderr
+        for needle in (f"cpus=None->peer {HOST}:{port}", "rdma/process (native driver)",
+                       "floor (bare RDMA WRITE ping-pong)", "framework/floor: median",
+                       "perftest not run: its server would have to run on the peer's host",
+                       "lost: 0  mismatched replies: 0"):
+            assert needle in result.stdout, f"{needle!r} missing from:\n{result.stdout}"
+        assert peer.wait(60) == 0, peer.stderr.read()  # the bench closed its floor: the peer's run is over
+    finally:
+        if peer.poll() is None:
+            peer.kill()
+        peer.wait(30)
+    left = leftovers(b"backline_transport_rdma.floor", b"coprocessor\0serve")
+    assert not left, f"left running: {left}"
