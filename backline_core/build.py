@@ -29,12 +29,17 @@ _PLAIN: set[str] = set()  # names of the extensions built as plain libraries
 _CFLAGS = ["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 
 
+_OOB_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native", "src", "oob.c")
+
+
 def plain_library(name: str, sources: list[str], *, include_dirs: list[str] | None = None,
-                  libraries: list[str] | None = None, extra_compile_args: list[str] | None = None) -> Extension:
+                  libraries: list[str] | None = None, extra_compile_args: list[str] | None = None,
+                  oob: bool = False) -> Extension:
     """A setuptools Extension built as a plain C shared library named ``name``.
 
     ``backline.h`` is on the include path; the last dotted part of ``name`` becomes the
-    file name (``pkg.libfoo`` -> ``pkg/libfoo.so``).
+    file name (``pkg.libfoo`` -> ``pkg/libfoo.so``). ``oob``: compile in the core's
+    out-of-band TCP and handshake helpers (``backline/oob.h``), private to this library.
     """
     ext = Extension(
         name,
@@ -43,6 +48,7 @@ def plain_library(name: str, sources: list[str], *, include_dirs: list[str] | No
         libraries=[*(libraries or []), "pthread"],
         extra_compile_args=[*_CFLAGS, *(extra_compile_args or [])],
     )
+    ext.backline_oob = oob  # added when it is built: setuptools refuses absolute paths in a setup script
     _PLAIN.add(name)
     return ext
 
@@ -59,7 +65,14 @@ class BuildPlainLibraries(build_ext):
     def build_extension(self, ext: Extension) -> None:
         # in-place (editable) builds write into package folders that may not exist yet
         os.makedirs(os.path.dirname(self.get_ext_fullpath(ext.name)), exist_ok=True)
-        super().build_extension(ext)
+        if not getattr(ext, "backline_oob", False):
+            super().build_extension(ext)
+            return
+        sources, ext.sources = ext.sources, [*ext.sources, _OOB_SOURCE]
+        try:
+            super().build_extension(ext)
+        finally:
+            ext.sources = sources  # the sources setuptools lists (sdists, manifests) stay the plugin's own
 
     def get_export_symbols(self, ext: Extension) -> list[str]:
         if ext.name in _PLAIN:

@@ -11,6 +11,7 @@ setup(
             sources=["backline_transport_rdma/native/rdma.c", "backline_transport_rdma/native/verbs.c",
                      "backline_transport_rdma/native/floor.c"],
             libraries=["ibverbs"],
+            oob=True,
         )
     ],
     cmdclass={"build_ext": BuildPlainLibraries},

@@ -65,11 +65,11 @@ enum { FL_HELLO = 1, FL_ACCEPT = 2 };
 #define FL_TEXT_BYTES 160u
 #define FL_HELLO_BYTES (4u + 4u + RV_PEER_BYTES)
 #define FL_ACCEPT_BYTES (4u + RV_PEER_BYTES + FL_TEXT_BYTES)
-_Static_assert(FL_ACCEPT_BYTES <= RV_MSG_MAX_BODY, "the floor's largest message fits rv_msg_send");
+_Static_assert(FL_ACCEPT_BYTES <= BL_OOB_MAX_BODY, "the floor's largest message fits bl_oob_send_msg");
 #define FL_CHECK_NS 1000000ull         /* look at the CQ, the socket and the deadline this often */
 
 /* ---- the round clock: the core's (a calibrated constant-rate counter), so framework and
- * floor are timed alike; deadlines use CLOCK_MONOTONIC (rv_now_ns). ---- */
+ * floor are timed alike; deadlines use CLOCK_MONOTONIC (bl_oob_now_ns). ---- */
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
 #define fl_relax() _mm_pause()
@@ -83,16 +83,16 @@ static inline uint64_t fl_ticks(void) {
 }
 #else
 #define fl_relax() ((void)0)
-static inline uint64_t fl_ticks(void) { return rv_now_ns(); }
+static inline uint64_t fl_ticks(void) { return bl_oob_now_ns(); }
 #endif
 
 static double ns_per_tick = 1.0;
 static pthread_once_t calibrated = PTHREAD_ONCE_INIT;
 
 static void calibrate(void) {
-    uint64_t n0 = rv_now_ns(), t0 = fl_ticks(), n1, t1;
+    uint64_t n0 = bl_oob_now_ns(), t0 = fl_ticks(), n1, t1;
     do {
-        n1 = rv_now_ns();
+        n1 = bl_oob_now_ns();
         t1 = fl_ticks();
     } while (n1 - n0 < 2000000); /* 2 ms, as the core's */
     if (t1 > t0) ns_per_tick = (double)(n1 - n0) / (double)(t1 - t0);
@@ -138,7 +138,7 @@ struct bl_rdma_floor {
     char error[BL_RDMA_FLOOR_ERROR_BYTES];
 };
 
-#define HFAIL(h, rc, ...) rv_fail((h)->error, sizeof (h)->error, (rc), __VA_ARGS__)
+#define HFAIL(h, rc, ...) bl_oob_fail((h)->error, sizeof (h)->error, (rc), __VA_ARGS__)
 
 static uint8_t *tx(const struct bl_rdma_floor *h) { return h->mem.addr; }
 static uint8_t *rx(const struct bl_rdma_floor *h) { return h->mem.addr + h->stride; }
@@ -160,26 +160,26 @@ static void floor_free(struct bl_rdma_floor *h) {
 }
 
 static int32_t check_host(const char *host, char *err, size_t n) {
-    if (!host || !*host) return rv_fail(err, n, BL_EINVAL, "the floor needs a host to listen on or dial (e.g. 127.0.0.1)");
-    if (strlen(host) >= 256) return rv_fail(err, n, BL_EINVAL, "host '%.40s...' is longer than 255 characters", host);
+    if (!host || !*host) return bl_oob_fail(err, n, BL_EINVAL, "the floor needs a host to listen on or dial (e.g. 127.0.0.1)");
+    if (strlen(host) >= 256) return bl_oob_fail(err, n, BL_EINVAL, "host '%.40s...' is longer than 255 characters", host);
     return BL_OK;
 }
 
 static int32_t check_device_args(const char *device, int32_t ib_port, int32_t gid_index, char *err, size_t n) {
     if (device && strlen(device) >= IBV_SYSFS_NAME_MAX)
-        return rv_fail(err, n, BL_EINVAL, "device '%s': an RDMA device name has at most %d characters", device,
+        return bl_oob_fail(err, n, BL_EINVAL, "device '%s': an RDMA device name has at most %d characters", device,
                     IBV_SYSFS_NAME_MAX - 1);
     if (ib_port < 0 || ib_port > 255)
-        return rv_fail(err, n, BL_EINVAL, "ib_port %d: give a port number from 1 (or 0: the first active port)", ib_port);
+        return bl_oob_fail(err, n, BL_EINVAL, "ib_port %d: give a port number from 1 (or 0: the first active port)", ib_port);
     if (gid_index < -1 || gid_index > 65535)
-        return rv_fail(err, n, BL_EINVAL, "gid_index %d: give a GID index from 0 (or -1: the default RoCE v2 GID)",
+        return bl_oob_fail(err, n, BL_EINVAL, "gid_index %d: give a GID index from 0 (or -1: the default RoCE v2 GID)",
                     gid_index);
     return BL_OK;
 }
 
 static int32_t set_timeouts(struct bl_rdma_floor *h, uint64_t timeout_ms, char *err, size_t n) {
     if (timeout_ms < 1 || timeout_ms > BL_MAX_TIMEOUT_MS)
-        return rv_fail(err, n, BL_EINVAL, "timeout_ms %llu: give 1 to %u", (unsigned long long)timeout_ms,
+        return bl_oob_fail(err, n, BL_EINVAL, "timeout_ms %llu: give 1 to %u", (unsigned long long)timeout_ms,
                     BL_MAX_TIMEOUT_MS);
     h->timeout_ns = timeout_ms * 1000000ull;
     uint64_t c = timeout_ms > BL_DEFAULT_CONNECT_TIMEOUT_MS ? timeout_ms : BL_DEFAULT_CONNECT_TIMEOUT_MS;
@@ -227,31 +227,31 @@ static int32_t reap(struct bl_rdma_floor *h) { return rv_reap(&h->q, 0, 0, h->er
 
 static int32_t send_msg(int fd, uint16_t type, const uint8_t *body, uint32_t len, uint64_t deadline, char *err,
                         size_t n) {
-    return rv_msg_send(fd, BL_RDMA_FLOOR_MAGIC, BL_RDMA_FLOOR_VERSION, type, body, len, deadline, err, n);
+    return bl_oob_send_msg(fd, BL_RDMA_FLOOR_MAGIC, BL_RDMA_FLOOR_VERSION, type, body, len, deadline, err, n);
 }
 
 /* A message of `type` and `len` bytes from `who`, or a clear refusal of what came instead. */
 static int32_t recv_msg(int fd, uint16_t type, uint8_t *body, uint32_t len, uint64_t deadline, const char *who,
                         char *err, size_t n) {
-    rv_msg_header h;
+    bl_oob_header h;
     char why[256];
-    int32_t rc = rv_msg_recv_header(fd, &h, deadline, why, sizeof why);
+    int32_t rc = bl_oob_recv_header(fd, &h, deadline, why, sizeof why);
     if (rc)
-        return rv_fail(err, n, rc, "%s sent no floor %s message (%s)", who, type == FL_HELLO ? "HELLO" : "ACCEPT", why);
+        return bl_oob_fail(err, n, rc, "%s sent no floor %s message (%s)", who, type == FL_HELLO ? "HELLO" : "ACCEPT", why);
     if (h.magic == RV_MAGIC_TRANSPORT)
-        return rv_fail(err, n, BL_EPEER, "%s speaks the rdma transport's handshake (\"BLRD\"), not the floor's "
+        return bl_oob_fail(err, n, BL_EPEER, "%s speaks the rdma transport's handshake (\"BLRD\"), not the floor's "
                     "(\"BLFL\"): it is a Backline rdma coprocessor or controller; give the floor a port of its own", who);
     if (h.magic != BL_RDMA_FLOOR_MAGIC)
-        return rv_fail(err, n, BL_EPEER, "%s is not a floor peer: it sent \"%s\" where the floor's handshake starts "
+        return bl_oob_fail(err, n, BL_EPEER, "%s is not a floor peer: it sent \"%s\" where the floor's handshake starts "
                     "with \"BLFL\"", who, h.text);
     if (h.version != BL_RDMA_FLOOR_VERSION)
-        return rv_fail(err, n, BL_EABI, "%s speaks version %u of the floor's handshake, this side version %u; run both "
+        return bl_oob_fail(err, n, BL_EABI, "%s speaks version %u of the floor's handshake, this side version %u; run both "
                     "sides from the same backline-transport-rdma", who, h.version, BL_RDMA_FLOOR_VERSION);
     if (h.type != type || h.body_bytes != len)
-        return rv_fail(err, n, BL_EPEER, "%s sent floor message type %u of %u bytes where type %u of %u was due", who,
+        return bl_oob_fail(err, n, BL_EPEER, "%s sent floor message type %u of %u bytes where type %u of %u was due", who,
                     h.type, h.body_bytes, type, len);
-    rc = rv_recv_all(fd, body, len, deadline, why, sizeof why);
-    if (rc) return rv_fail(err, n, rc, "%s sent a truncated floor message (%s)", who, why);
+    rc = bl_oob_recv_all(fd, body, len, deadline, why, sizeof why);
+    if (rc) return bl_oob_fail(err, n, rc, "%s sent a truncated floor message (%s)", who, why);
     return BL_OK;
 }
 
@@ -280,24 +280,24 @@ static int32_t open_device(struct bl_rdma_floor *h, const char *device, int32_t 
 BL_API int32_t bl_rdma_floor_listen(const char *host, int32_t port, const char *device, int32_t ib_port,
                                     int32_t gid_index, int32_t cpu, uint64_t timeout_ms, bl_rdma_floor **out,
                                     char *err, size_t n) {
-    if (!out) return rv_fail(err, n, BL_EINVAL, "bl_rdma_floor_listen: out is NULL");
+    if (!out) return bl_oob_fail(err, n, BL_EINVAL, "bl_rdma_floor_listen: out is NULL");
     *out = NULL;
     int32_t rc = check_host(host, err, n);
     if (rc) return rc;
     if (port < 0 || port > 65535)
-        return rv_fail(err, n, BL_EINVAL, "port %d: give 1 to 65535 (or 0: any free port)", port);
+        return bl_oob_fail(err, n, BL_EINVAL, "port %d: give 1 to 65535 (or 0: any free port)", port);
     if (cpu >= CPU_SETSIZE)
-        return rv_fail(err, n, BL_EINVAL, "cpu %d: give a CPU number below %d (or -1)", cpu, CPU_SETSIZE);
+        return bl_oob_fail(err, n, BL_EINVAL, "cpu %d: give a CPU number below %d (or -1)", cpu, CPU_SETSIZE);
     struct bl_rdma_floor *h = floor_new();
-    if (!h) return rv_fail(err, n, BL_ENOMEM, "out of memory");
+    if (!h) return bl_oob_fail(err, n, BL_ENOMEM, "out of memory");
     h->responder = 1;
     h->cpu = cpu;
     snprintf(h->host, sizeof h->host, "%s", host);
     if ((rc = set_timeouts(h, timeout_ms, err, n)) || (rc = open_device(h, device, ib_port, gid_index, err, n)))
         goto fail;
     char why[512];
-    if ((rc = rv_listen(host, port, &h->listen_fd, why, sizeof why))) {
-        rv_fail(err, n, rc, "the floor responder cannot listen: %s", why);
+    if ((rc = bl_oob_listen(host, port, &h->listen_fd, why, sizeof why))) {
+        bl_oob_fail(err, n, rc, "the floor responder cannot listen: %s", why);
         goto fail;
     }
     struct sockaddr_storage sa;
@@ -322,12 +322,12 @@ static int stopping(const struct bl_rdma_floor *h) { return __atomic_load_n(&h->
 
 /* Handshake with one connection: 1 admitted, 0 refused (h->error says why), <0 a local failure. */
 static int32_t admit(struct bl_rdma_floor *h, int fd) {
-    uint64_t deadline = rv_now_ns() + h->connect_timeout_ns;
+    uint64_t deadline = bl_oob_now_ns() + h->connect_timeout_ns;
     uint8_t hello[FL_HELLO_BYTES], accept_[FL_ACCEPT_BYTES];
     memset(accept_, 0, sizeof accept_);
     int32_t rc = recv_msg(fd, FL_HELLO, hello, sizeof hello, deadline, "a peer", h->error, sizeof h->error);
     if (rc) return 0;
-    uint32_t payload = rv_get32(hello);
+    uint32_t payload = bl_oob_get32(hello);
     rv_peer_decode(hello + 8, &h->remote);
     const char *refusal = NULL;
     char text[FL_TEXT_BYTES];
@@ -343,7 +343,7 @@ static int32_t admit(struct bl_rdma_floor *h, int fd) {
         text[len] = 0;
         refusal = text;
     }
-    rv_put32(accept_, (uint32_t)rc);
+    bl_oob_put32(accept_, (uint32_t)rc);
     if (refusal) {
         memcpy(accept_ + 4 + RV_PEER_BYTES, refusal, strnlen(refusal, FL_TEXT_BYTES - 1));
         char ignored[64];
@@ -367,7 +367,7 @@ static int32_t pin_self(int cpu, char *err, size_t n) {
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
     int e = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    if (e) return rv_fail(err, n, BL_EINVAL, "cannot pin the floor responder to CPU %d: %s", cpu, strerror(e));
+    if (e) return bl_oob_fail(err, n, BL_EINVAL, "cannot pin the floor responder to CPU %d: %s", cpu, strerror(e));
     return BL_OK;
 }
 
@@ -385,7 +385,7 @@ static int32_t echo(struct bl_rdma_floor *h) {
                 if (now >= check_at) {
                     check_at = now + check;
                     if (reap(h)) return BL_EPEER;
-                    if (rv_peer_closed(h->fd)) return BL_OK; /* the initiator is done (or gone) */
+                    if (bl_oob_peer_closed(h->fd)) return BL_OK; /* the initiator is done (or gone) */
                 }
             }
         }
@@ -405,11 +405,11 @@ BL_API int32_t bl_rdma_floor_serve(bl_rdma_floor *h, uint64_t wait_ms) {
     pthread_once(&calibrated, calibrate); /* its checks are paced in ticks */
     int32_t rc = pin_self(h->cpu, h->error, sizeof h->error);
     if (rc) return rc;
-    uint64_t deadline = rv_now_ns() + wait_ns;
+    uint64_t deadline = bl_oob_now_ns() + wait_ns;
     char refused[BL_RDMA_FLOOR_ERROR_BYTES] = "";
     while (h->fd < 0) {
         if (stopping(h)) return BL_OK;
-        uint64_t now = rv_now_ns();
+        uint64_t now = bl_oob_now_ns();
         if (now >= deadline)
             return HFAIL(h, BL_ETIMEOUT, "no floor initiator connected to %s:%d within %llu ms%s%s", h->host, h->port,
                          (unsigned long long)(wait_ns / 1000000ull), *refused ? "; " : "", refused);
@@ -418,7 +418,7 @@ BL_API int32_t bl_rdma_floor_serve(bl_rdma_floor *h, uint64_t wait_ms) {
         int r = poll(&p, 1, left_ms > 100 ? 100 : (int)left_ms); /* short steps: a stop is seen soon */
         if (r < 0 && errno != EINTR) return HFAIL(h, BL_EBACKEND, "poll on the floor's socket: %s", strerror(errno));
         int fd;
-        if (r <= 0 || rv_accept(h->listen_fd, &fd) != 1) continue;
+        if (r <= 0 || bl_oob_accept(h->listen_fd, &fd) != 1) continue;
         rc = admit(h, fd);
         if (rc == 1) {
             h->fd = fd;
@@ -442,69 +442,69 @@ BL_API void bl_rdma_floor_free(bl_rdma_floor *h) { floor_free(h); }
 BL_API int32_t bl_rdma_floor_open(const char *host, int32_t port, const char *device, int32_t ib_port,
                                   int32_t gid_index, uint32_t payload_bytes, uint64_t timeout_ms,
                                   bl_rdma_floor **out, char *err, size_t n) {
-    if (!out) return rv_fail(err, n, BL_EINVAL, "bl_rdma_floor_open: out is NULL");
+    if (!out) return bl_oob_fail(err, n, BL_EINVAL, "bl_rdma_floor_open: out is NULL");
     *out = NULL;
     int32_t rc = check_host(host, err, n);
     if (rc) return rc;
     if (port < 1 || port > 65535)
-        return rv_fail(err, n, BL_EINVAL, "port %d: give the responder's port, 1 to 65535", port);
+        return bl_oob_fail(err, n, BL_EINVAL, "port %d: give the responder's port, 1 to 65535", port);
     if (payload_bytes < 1 || payload_bytes > BL_RDMA_FLOOR_MAX_PAYLOAD_BYTES)
-        return rv_fail(err, n, BL_ETOOBIG, "payload_bytes %u: the floor carries 1 to %u bytes", payload_bytes,
+        return bl_oob_fail(err, n, BL_ETOOBIG, "payload_bytes %u: the floor carries 1 to %u bytes", payload_bytes,
                     BL_RDMA_FLOOR_MAX_PAYLOAD_BYTES);
     pthread_once(&calibrated, calibrate);
     struct bl_rdma_floor *h = floor_new();
-    if (!h) return rv_fail(err, n, BL_ENOMEM, "out of memory");
+    if (!h) return bl_oob_fail(err, n, BL_ENOMEM, "out of memory");
     snprintf(h->host, sizeof h->host, "%s", host);
     h->port = port;
     h->cpu = -1;
     if ((rc = set_timeouts(h, timeout_ms, err, n)) || (rc = open_device(h, device, ib_port, gid_index, err, n)))
         goto fail;
     if ((rc = make_path(h, payload_bytes))) {
-        rv_fail(err, n, rc, "%s", h->error);
+        bl_oob_fail(err, n, rc, "%s", h->error);
         goto fail;
     }
-    uint64_t deadline = rv_now_ns() + h->connect_timeout_ns;
+    uint64_t deadline = bl_oob_now_ns() + h->connect_timeout_ns;
     char why[BL_RDMA_FLOOR_ERROR_BYTES], who[300];
     snprintf(who, sizeof who, "the peer at %s:%d", host, port);
-    if ((rc = rv_dial(host, port, deadline, &h->fd, why, sizeof why))) {
+    if ((rc = bl_oob_dial(host, port, deadline, "rdma", &h->fd, why, sizeof why))) {
         if (rc == BL_ETIMEOUT)
-            rv_fail(err, n, rc, "no floor responder answered at %s:%d within %llu ms; start one with `python -m "
+            bl_oob_fail(err, n, rc, "no floor responder answered at %s:%d within %llu ms; start one with `python -m "
                  "backline_transport_rdma.floor serve --host %s --port %d`", host, port,
                  (unsigned long long)(h->connect_timeout_ns / 1000000ull), host, port);
         else
-            rv_fail(err, n, rc, "cannot reach the floor responder at %s:%d: %s", host, port, why);
+            bl_oob_fail(err, n, rc, "cannot reach the floor responder at %s:%d: %s", host, port, why);
         goto fail;
     }
     uint8_t hello[FL_HELLO_BYTES] = {0}, accept_[FL_ACCEPT_BYTES];
-    rv_put32(hello, payload_bytes);
+    bl_oob_put32(hello, payload_bytes);
     rv_peer mine;
     rv_peer_local(&h->dev, &h->q, &h->mem, h->stride, &mine);
     rv_peer_encode(&mine, hello + 8);
     if ((rc = send_msg(h->fd, FL_HELLO, hello, sizeof hello, deadline, why, sizeof why))) {
-        rv_fail(err, n, rc, "%s did not take the floor's HELLO: %s", who, why);
+        bl_oob_fail(err, n, rc, "%s did not take the floor's HELLO: %s", who, why);
         goto fail;
     }
     if ((rc = recv_msg(h->fd, FL_ACCEPT, accept_, sizeof accept_, deadline, who, why, sizeof why))) {
         if (rc == BL_EPEER || rc == BL_ETIMEOUT)
-            rv_fail(err, n, rc, "%s (is a floor responder listening there? a Backline rdma coprocessor, or another "
+            bl_oob_fail(err, n, rc, "%s (is a floor responder listening there? a Backline rdma coprocessor, or another "
                  "program, answers otherwise)", why);
         else
-            rv_fail(err, n, rc, "%s", why);
+            bl_oob_fail(err, n, rc, "%s", why);
         goto fail;
     }
-    int32_t status = (int32_t)rv_get32(accept_);
+    int32_t status = (int32_t)bl_oob_get32(accept_);
     if (status != BL_OK) {
         char text[FL_TEXT_BYTES * 4 + 1], raw[FL_TEXT_BYTES + 1];
         memcpy(raw, accept_ + 4 + RV_PEER_BYTES, FL_TEXT_BYTES);
         raw[FL_TEXT_BYTES] = 0;
-        rv_printable((const uint8_t *)raw, strlen(raw), text, sizeof text);
-        rc = rv_fail(err, n, status < 0 && status >= BL_EAUTH ? status : BL_EPEER, "the floor responder at %s:%d "
+        bl_oob_printable((const uint8_t *)raw, strlen(raw), text, sizeof text);
+        rc = bl_oob_fail(err, n, status < 0 && status >= BL_EAUTH ? status : BL_EPEER, "the floor responder at %s:%d "
                   "refused: %s", host, port, text);
         goto fail;
     }
     rv_peer_decode(accept_ + 4, &h->remote);
     if ((rc = rv_qp_connect(&h->dev, &h->q, &h->remote, why, sizeof why))) {
-        rv_fail(err, n, rc, "%s", why);
+        bl_oob_fail(err, n, rc, "%s", why);
         goto fail;
     }
     aim(h);
@@ -534,8 +534,8 @@ static inline void wait_gap(struct bl_rdma_floor *h) {
     if (h->cadence != BL_CADENCE_RANDOM_DELAYED) return;
     uint32_t l = h->lfsr;
     h->lfsr = (l << 1) | (((l >> 31) ^ (l >> 21) ^ (l >> 1) ^ l) & 1u);
-    uint64_t until = rv_now_ns() + h->gap_base_ns + (h->lfsr & h->gap_span_mask);
-    while (rv_now_ns() < until) fl_relax();
+    uint64_t until = bl_oob_now_ns() + h->gap_base_ns + (h->lfsr & h->gap_span_mask);
+    while (bl_oob_now_ns() < until) fl_relax();
 }
 
 /* Round i's payload: bl_bench_rounds' echo payload (bench.c payload_for). */
@@ -577,10 +577,10 @@ BL_API int32_t bl_rdma_floor_rounds(bl_rdma_floor *h, uint64_t first_round, uint
                 uint64_t now = fl_ticks();
                 if (now < check_at) continue;
                 check_at = now + check;
-                uint64_t wall = rv_now_ns();
+                uint64_t wall = bl_oob_now_ns();
                 if (!deadline) deadline = wall + h->timeout_ns - FL_CHECK_NS; /* the first check is ~1 ms in */
                 if ((rc = reap(h))) break;
-                if (rv_peer_closed(h->fd)) {
+                if (bl_oob_peer_closed(h->fd)) {
                     rc = HFAIL(h, BL_EPEER, "the floor responder's connection from %s:%d closed in round %llu (it "
                                "exited or was killed)", h->host, h->port, (unsigned long long)seq);
                     break;

@@ -53,7 +53,7 @@ enum { HS_HELLO = 1, HS_OFFER = 2, HS_CONNECT = 3, HS_READY = 4 };
 #define OFFER_BYTES (4u + 4u + 4u + 8u + RV_PEER_BYTES + HS_TEXT_BYTES)
 #define CONNECT_BYTES RV_PEER_BYTES
 #define READY_BYTES (4u + HS_TEXT_BYTES)
-_Static_assert(OFFER_BYTES <= RV_MSG_MAX_BODY, "the largest handshake body fits rv_msg_send");
+_Static_assert(OFFER_BYTES <= BL_OOB_MAX_BODY, "the largest handshake body fits bl_oob_send_msg");
 
 #define BL_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define BL_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -123,7 +123,7 @@ static void link_free(struct link *l) {
 static struct link *link_new(struct rd *m, char *err, size_t n, int32_t *rc) {
     struct link *l = calloc(1, sizeof *l);
     if (!l) {
-        *rc = rv_fail(err, n, BL_ENOMEM, "out of memory");
+        *rc = bl_oob_fail(err, n, BL_ENOMEM, "out of memory");
         return NULL;
     }
     /* Every frame in flight toward this side holds a receive entry until it is polled. */
@@ -145,7 +145,7 @@ static struct link *link_new(struct rd *m, char *err, size_t n, int32_t *rc) {
         int e = ibv_post_recv(l->q.qp, l->rwr, &bad);
         l->rwr[k - 1].next = k < REPOST_BATCH ? &l->rwr[k] : NULL;
         if (e) {
-            *rc = rv_fail(err, n, BL_EBACKEND, "ibv_post_recv: %s", strerror(e));
+            *rc = bl_oob_fail(err, n, BL_EBACKEND, "ibv_post_recv: %s", strerror(e));
             link_free(l);
             return NULL;
         }
@@ -231,28 +231,28 @@ static const char *hs_name(uint16_t type) {
 }
 
 static int32_t hs_send(int fd, uint16_t type, const uint8_t *body, uint64_t deadline, char *err, size_t n) {
-    return rv_msg_send(fd, RV_MAGIC_TRANSPORT, HS_VERSION, type, body, hs_body_bytes(type), deadline, err, n);
+    return bl_oob_send_msg(fd, RV_MAGIC_TRANSPORT, HS_VERSION, type, body, hs_body_bytes(type), deadline, err, n);
 }
 
 /* Receive a message of `type` into body: a peer that is not Backline's rdma transport, or
  * speaks another version of it, is refused with what it sent. */
 static int32_t hs_recv(int fd, uint16_t type, uint8_t *body, uint64_t deadline, const char *who, char *err, size_t n) {
-    rv_msg_header h;
+    bl_oob_header h;
     char why[256];
-    int32_t rc = rv_msg_recv_header(fd, &h, deadline, why, sizeof why);
+    int32_t rc = bl_oob_recv_header(fd, &h, deadline, why, sizeof why);
     if (rc)
-        return rv_fail(err, n, rc, "%s: no %s message (%s)", who, hs_name(type), why);
+        return bl_oob_fail(err, n, rc, "%s: no %s message (%s)", who, hs_name(type), why);
     if (h.magic != RV_MAGIC_TRANSPORT)
-        return rv_fail(err, n, BL_EPEER, "%s is not a Backline rdma peer: it sent \"%s\" where a handshake starts "
+        return bl_oob_fail(err, n, BL_EPEER, "%s is not a Backline rdma peer: it sent \"%s\" where a handshake starts "
                        "with \"BLRD\"", who, h.text);
     if (h.version != HS_VERSION)
-        return rv_fail(err, n, BL_EABI, "%s speaks version %u of the rdma handshake, this side version %u; run both "
+        return bl_oob_fail(err, n, BL_EABI, "%s speaks version %u of the rdma handshake, this side version %u; run both "
                        "sides from the same backline-transport-rdma", who, h.version, HS_VERSION);
     if (h.type != type || h.body_bytes != hs_body_bytes(type))
-        return rv_fail(err, n, BL_EPEER, "%s sent a %s message of %u bytes where a %s of %u was due", who,
+        return bl_oob_fail(err, n, BL_EPEER, "%s sent a %s message of %u bytes where a %s of %u was due", who,
                        hs_name(h.type), h.body_bytes, hs_name(type), hs_body_bytes(type));
-    rc = rv_recv_all(fd, body, hs_body_bytes(type), deadline, why, sizeof why);
-    if (rc) return rv_fail(err, n, rc, "%s: truncated %s message (%s)", who, hs_name(type), why);
+    rc = bl_oob_recv_all(fd, body, hs_body_bytes(type), deadline, why, sizeof why);
+    if (rc) return bl_oob_fail(err, n, rc, "%s: truncated %s message (%s)", who, hs_name(type), why);
     return BL_OK;
 }
 
@@ -265,7 +265,7 @@ static void get_text(const uint8_t *p, char *out, size_t n) {
     char t[HS_TEXT_BYTES + 1];
     memcpy(t, p, HS_TEXT_BYTES);
     t[HS_TEXT_BYTES] = 0;
-    rv_printable((const uint8_t *)t, strlen(t), out, n);
+    bl_oob_printable((const uint8_t *)t, strlen(t), out, n);
 }
 
 /* ---- open: configuration only (plus, for a controller's check, that its device is there) ---- */
@@ -273,16 +273,16 @@ static void get_text(const uint8_t *p, char *out, size_t n) {
 static int32_t rd_open(const bl_open_args *a, void **impl, char *err, size_t n) {
     const bl_host_api *h = a->host;
     if (!h || h->abi_version < 3)
-        return rv_fail(err, n, BL_EABI, "this backend needs Backline ABI 3 (a host with error_text)");
+        return bl_oob_fail(err, n, BL_EABI, "this backend needs Backline ABI 3 (a host with error_text)");
     if (a->role == BL_COPROCESSOR && a->runs_in != BL_RUNS_PROCESS)
-        return rv_fail(err, n, BL_EINVAL, "rdma joins processes (on this or another machine): a coprocessor in the "
+        return bl_oob_fail(err, n, BL_EINVAL, "rdma joins processes (on this or another machine): a coprocessor in the "
                        "controller's own process has nothing to send over; run it in a process or an executor, or use "
                        "memcpy");
     if (a->role == BL_CONTROLLER && a->runs_in != BL_RUNS_PROCESS && a->runs_in != BL_RUNS_ANY)
-        return rv_fail(err, n, BL_EINVAL, "rdma reaches coprocessors in other processes; this controller expects one "
+        return bl_oob_fail(err, n, BL_EINVAL, "rdma reaches coprocessors in other processes; this controller expects one "
                        "in its own process");
     struct rd *m = calloc(1, sizeof *m);
-    if (!m) return rv_fail(err, n, BL_ENOMEM, "out of memory");
+    if (!m) return bl_oob_fail(err, n, BL_ENOMEM, "out of memory");
     m->role = a->role;
     m->runs_in = a->runs_in;
     snprintf(m->key, sizeof m->key, "%s", a->key);
@@ -295,12 +295,12 @@ static int32_t rd_open(const bl_open_args *a, void **impl, char *err, size_t n) 
     int32_t rc = BL_OK;
     const char *host = h->config_str(a->session, "host");
     if (!host || !h->config_str(a->session, "port")) {
-        rc = rv_fail(err, n, BL_EINVAL, "rdma needs the coprocessor's endpoint (keys host and port): give the "
+        rc = bl_oob_fail(err, n, BL_EINVAL, "rdma needs the coprocessor's endpoint (keys host and port): give the "
                      "coprocessor endpoint=Endpoint(host=..., port=...)");
         goto fail;
     }
     if (strlen(host) >= sizeof m->host_name) {
-        rc = rv_fail(err, n, BL_EINVAL, "host=%.40s...: longer than %zu characters", host, sizeof m->host_name - 1);
+        rc = bl_oob_fail(err, n, BL_EINVAL, "host=%.40s...: longer than %zu characters", host, sizeof m->host_name - 1);
         goto fail;
     }
     snprintf(m->host_name, sizeof m->host_name, "%s", host);
@@ -308,7 +308,7 @@ static int32_t rd_open(const bl_open_args *a, void **impl, char *err, size_t n) 
     m->port = (int)v;
     const char *device = h->config_str(a->session, "device");
     if (device && strlen(device) >= sizeof m->device) {
-        rc = rv_fail(err, n, BL_EINVAL, "device=%s: an RDMA device name has at most %zu characters", device,
+        rc = bl_oob_fail(err, n, BL_EINVAL, "device=%s: an RDMA device name has at most %zu characters", device,
                      sizeof m->device - 1);
         goto fail;
     }
@@ -357,29 +357,29 @@ static int32_t ctl_connect(struct rd *m, uint64_t deadline, char *err, size_t n)
     if (rc) return rc;
     if (m->fd >= 0) close(m->fd); /* a retried connect dials again */
     m->fd = -1;
-    rc = rv_dial(m->host_name, m->port, deadline, &m->fd, err, n);
+    rc = bl_oob_dial(m->host_name, m->port, deadline, "rdma", &m->fd, err, n);
     if (rc) return rc;
     char who[300];
     snprintf(who, sizeof who, "the peer at %s:%d", m->host_name, m->port);
     uint8_t hello[HELLO_BYTES] = {0}, offer[OFFER_BYTES];
-    rv_put32(hello, BACKLINE_ABI_VERSION);
+    bl_oob_put32(hello, BACKLINE_ABI_VERSION);
     memcpy(hello + 4, m->key, strlen(m->key));
     if ((rc = hs_send(m->fd, HS_HELLO, hello, deadline, err, n))) return rc;
     if ((rc = hs_recv(m->fd, HS_OFFER, offer, deadline, who, err, n))) return rc;
-    int32_t status = (int32_t)rv_get32(offer);
+    int32_t status = (int32_t)bl_oob_get32(offer);
     if (status != BL_OK) {
         char text[HS_TEXT_BYTES * 4];
         get_text(offer + 20 + RV_PEER_BYTES, text, sizeof text);
-        return rv_fail(err, n, status == BL_EBUSY || status == BL_ENOTFOUND || status == BL_EABI ? status : BL_EPEER,
+        return bl_oob_fail(err, n, status == BL_EBUSY || status == BL_ENOTFOUND || status == BL_EABI ? status : BL_EPEER,
                        "the coprocessor at %s:%d refused this controller: %s", m->host_name, m->port, text);
     }
-    uint32_t slots = rv_get32(offer + 4), slot_bytes = rv_get32(offer + 8);
+    uint32_t slots = bl_oob_get32(offer + 4), slot_bytes = bl_oob_get32(offer + 8);
     if (!slots || slots > BL_MAX_SLOTS || (slots & (slots - 1)) || slot_bytes < BL_SLOT_ALIGN ||
         slot_bytes > BL_MAX_SLOT_BYTES || slot_bytes % BL_SLOT_ALIGN)
-        return rv_fail(err, n, BL_EPEER, "%s offered an impossible ring (slots=%u slot_bytes=%u)", who, slots, slot_bytes);
+        return bl_oob_fail(err, n, BL_EPEER, "%s offered an impossible ring (slots=%u slot_bytes=%u)", who, slots, slot_bytes);
     m->slots = slots; /* the coprocessor owns the geometry, as a memcpy coprocessor owns its region */
     m->slot_bytes = slot_bytes;
-    m->base = rv_get64(offer + 12);
+    m->base = bl_oob_get64(offer + 12);
     rv_peer_decode(offer + 20, &m->offered);
     return BL_OK;
 }
@@ -397,11 +397,11 @@ static int32_t ctl_exchange(struct rd *m, uint64_t deadline, char *err, size_t n
     snprintf(who, sizeof who, "the coprocessor at %s:%d", m->host_name, m->port);
     if ((rc = hs_send(m->fd, HS_CONNECT, body, deadline, err, n))) return rc;
     if ((rc = hs_recv(m->fd, HS_READY, ready, deadline, who, err, n))) return rc;
-    int32_t status = (int32_t)rv_get32(ready);
+    int32_t status = (int32_t)bl_oob_get32(ready);
     if (status != BL_OK) {
         char text[HS_TEXT_BYTES * 4];
         get_text(ready + 4, text, sizeof text);
-        return rv_fail(err, n, BL_EPEER, "%s could not connect its queue pair to this one: %s", who, text);
+        return bl_oob_fail(err, n, BL_EPEER, "%s could not connect its queue pair to this one: %s", who, text);
     }
     return BL_OK;
 }
@@ -424,7 +424,7 @@ static int32_t ctl_alive(void *impl) {
         m->host->error_text(m->link->error);
         return 0;
     }
-    if (rv_peer_closed(m->fd)) {
+    if (bl_oob_peer_closed(m->fd)) {
         char text[400];
         snprintf(text, sizeof text, "its connection from %s:%d closed (the coprocessor exited or was killed)",
                  m->host_name, m->port);
@@ -450,7 +450,7 @@ static uint64_t highest(struct rd *m, int which) {
 static void refuse(struct rd *m, int fd, int32_t status, const char *text, uint64_t deadline) {
     uint8_t offer[OFFER_BYTES] = {0};
     char ignored[64];
-    rv_put32(offer, (uint32_t)status);
+    bl_oob_put32(offer, (uint32_t)status);
     put_text(offer + 20 + RV_PEER_BYTES, text);
     hs_send(fd, HS_OFFER, offer, deadline, ignored, sizeof ignored);
     (void)m;
@@ -473,7 +473,7 @@ static void note(struct rd *m, const char *fmt, ...) {
 #define HELLO_WAIT_NS 3000000000ull
 
 static void admit(struct rd *m, int fd) {
-    uint64_t now = rv_now_ns();
+    uint64_t now = bl_oob_now_ns();
     uint64_t deadline = now + m->connect_timeout_ns;
     uint64_t hello_by = now + (m->connect_timeout_ns < HELLO_WAIT_NS ? m->connect_timeout_ns : HELLO_WAIT_NS);
     char err[512], text[HS_TEXT_BYTES];
@@ -488,17 +488,17 @@ static void admit(struct rd *m, int fd) {
     char key[HS_KEY_BYTES + 1];
     memcpy(key, hello + 4, HS_KEY_BYTES);
     key[HS_KEY_BYTES] = 0;
-    if (rv_get32(hello) != BACKLINE_ABI_VERSION || strcmp(key, m->key)) {
-        if (rv_get32(hello) != BACKLINE_ABI_VERSION)
-            snprintf(text, sizeof text, "the controller is Backline ABI %u, this coprocessor ABI %d", rv_get32(hello),
+    if (bl_oob_get32(hello) != BACKLINE_ABI_VERSION || strcmp(key, m->key)) {
+        if (bl_oob_get32(hello) != BACKLINE_ABI_VERSION)
+            snprintf(text, sizeof text, "the controller is Backline ABI %u, this coprocessor ABI %d", bl_oob_get32(hello),
                      BACKLINE_ABI_VERSION);
         else
             snprintf(text, sizeof text, "this port serves key '%s', not '%.64s'", m->key, key);
-        refuse(m, fd, rv_get32(hello) != BACKLINE_ABI_VERSION ? BL_EABI : BL_ENOTFOUND, text, deadline);
+        refuse(m, fd, bl_oob_get32(hello) != BACKLINE_ABI_VERSION ? BL_EABI : BL_ENOTFOUND, text, deadline);
         close(fd);
         return;
     }
-    if (m->ctl_fd >= 0 && !rv_peer_closed(m->ctl_fd)) {
+    if (m->ctl_fd >= 0 && !bl_oob_peer_closed(m->ctl_fd)) {
         refuse(m, fd, BL_EBUSY, "another controller holds this coprocessor; one controller at a time", deadline);
         close(fd);
         return;
@@ -507,7 +507,7 @@ static void admit(struct rd *m, int fd) {
      * its rounds after them. */
     uint64_t served;
     while ((served = highest(m, 1)) != highest(m, 0)) {
-        if (rv_now_ns() > deadline) {
+        if (bl_oob_now_ns() > deadline) {
             refuse(m, fd, BL_EPEER, "a previous controller's last round is still unanswered", deadline);
             close(fd);
             return;
@@ -524,10 +524,10 @@ static void admit(struct rd *m, int fd) {
     }
     rv_peer mine, theirs;
     rv_peer_local(&m->dev, &l->q, &m->mem, receive_ring_offset(m), &mine);
-    rv_put32(offer, BL_OK);
-    rv_put32(offer + 4, m->slots);
-    rv_put32(offer + 8, m->slot_bytes);
-    rv_put64(offer + 12, served);
+    bl_oob_put32(offer, BL_OK);
+    bl_oob_put32(offer + 4, m->slots);
+    bl_oob_put32(offer + 8, m->slot_bytes);
+    bl_oob_put64(offer + 12, served);
     rv_peer_encode(&mine, offer + 20);
     if ((rc = hs_send(fd, HS_OFFER, offer, deadline, err, sizeof err)) ||
         (rc = hs_recv(fd, HS_CONNECT, body, deadline, "the controller", err, sizeof err))) {
@@ -537,7 +537,7 @@ static void admit(struct rd *m, int fd) {
     rv_peer_decode(body, &theirs);
     uint8_t ready[READY_BYTES] = {0};
     rc = rv_qp_connect(&m->dev, &l->q, &theirs, err, sizeof err);
-    rv_put32(ready, (uint32_t)rc);
+    bl_oob_put32(ready, (uint32_t)rc);
     put_text(ready + 4, rc ? err : "");
     if (rc) {
         hs_send(fd, HS_READY, ready, deadline, text, sizeof text);
@@ -570,7 +570,7 @@ static void *acceptor(void *arg) {
         if (r < 0 && errno != EINTR) break;
         if (p[1].revents) break;
         if (m->ctl_fd >= 0 && p[2].revents) {
-            if (rv_peer_closed(m->ctl_fd)) {
+            if (bl_oob_peer_closed(m->ctl_fd)) {
                 close(m->ctl_fd); /* its controller has gone: the next may come */
                 m->ctl_fd = -1;
             } else {
@@ -582,7 +582,7 @@ static void *acceptor(void *arg) {
             }
         }
         int fd;
-        if (p[0].revents && rv_accept(m->listen_fd, &fd) == 1) admit(m, fd);
+        if (p[0].revents && bl_oob_accept(m->listen_fd, &fd) == 1) admit(m, fd);
     }
     return NULL;
 }
@@ -620,7 +620,7 @@ static void *poller(void *arg) {
 
 static int32_t cop_start(struct rd *m, char *err, size_t n) {
     m->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (m->stop_fd < 0) return rv_fail(err, n, BL_EBACKEND, "eventfd: %s", strerror(errno));
+    if (m->stop_fd < 0) return bl_oob_fail(err, n, BL_EBACKEND, "eventfd: %s", strerror(errno));
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     size_t o = (size_t)snprintf(m->applied, sizeof m->applied, "poller thread");
@@ -633,7 +633,7 @@ static int32_t cop_start(struct rd *m, char *err, size_t n) {
     }
     int rc = pthread_create(&m->poller, &attr, poller, m);
     pthread_attr_destroy(&attr);
-    if (rc) return rv_fail(err, n, BL_EBACKEND, "cannot start the poller thread%s: %s", m->cpu >= 0 ? " (pinned)" : "",
+    if (rc) return bl_oob_fail(err, n, BL_EBACKEND, "cannot start the poller thread%s: %s", m->cpu >= 0 ? " (pinned)" : "",
                            strerror(rc));
     m->poller_running = 1;
     if (m->rt_priority > 0 && o < sizeof m->applied) {
@@ -645,7 +645,7 @@ static int32_t cop_start(struct rd *m, char *err, size_t n) {
     }
     if (m->cpu >= 0 || m->rt_priority > 0) note(m, "%s", m->applied);
     rc = pthread_create(&m->acceptor, NULL, acceptor, m);
-    if (rc) return rv_fail(err, n, BL_EBACKEND, "cannot start the acceptor thread: %s", strerror(rc));
+    if (rc) return bl_oob_fail(err, n, BL_EBACKEND, "cannot start the acceptor thread: %s", strerror(rc));
     m->acceptor_running = 1;
     return BL_OK;
 }
@@ -658,7 +658,7 @@ static int32_t rd_connect(void *impl, uint64_t deadline, char *err, size_t n) {
     int32_t rc = open_device(m, err, n);
     if (rc) return rc;
     if (m->listen_fd >= 0) return BL_OK;
-    return rv_listen(m->host_name, m->port, &m->listen_fd, err, n);
+    return bl_oob_listen(m->host_name, m->port, &m->listen_fd, err, n);
 }
 
 static int32_t rd_alloc_memory(void *impl, char *err, size_t n) {

@@ -20,85 +20,25 @@
 #include <time.h>
 #include <unistd.h>
 
-int32_t rv_fail(char *err, size_t n, int32_t rc, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
-uint64_t rv_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* ---- byte order ---- */
-
-void rv_put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; ++i) p[i] = (uint8_t)(v >> (24 - 8 * i));
-}
-void rv_put64(uint8_t *p, uint64_t v) {
-    rv_put32(p, (uint32_t)(v >> 32));
-    rv_put32(p + 4, (uint32_t)v);
-}
-uint32_t rv_get32(const uint8_t *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-uint64_t rv_get64(const uint8_t *p) { return (uint64_t)rv_get32(p) << 32 | rv_get32(p + 4); }
-
-int32_t rv_msg_send(int fd, uint32_t magic, uint16_t version, uint16_t type, const uint8_t *body, uint32_t len,
-                    uint64_t deadline, char *err, size_t n) {
-    uint8_t msg[RV_MSG_HEADER_BYTES + RV_MSG_MAX_BODY];
-    if (len > RV_MSG_MAX_BODY)
-        return rv_fail(err, n, BL_EINVAL, "a handshake body of %u bytes is over the %u allowed", len, RV_MSG_MAX_BODY);
-    rv_put32(msg, magic);
-    msg[4] = (uint8_t)(version >> 8);
-    msg[5] = (uint8_t)version;
-    msg[6] = (uint8_t)(type >> 8);
-    msg[7] = (uint8_t)type;
-    rv_put32(msg + 8, len);
-    memcpy(msg + RV_MSG_HEADER_BYTES, body, len);
-    return rv_send_all(fd, msg, RV_MSG_HEADER_BYTES + len, deadline, err, n);
-}
-
-int32_t rv_msg_recv_header(int fd, rv_msg_header *h, uint64_t deadline, char *err, size_t n) {
-    uint8_t b[RV_MSG_HEADER_BYTES];
-    int32_t rc = rv_recv_all(fd, b, sizeof b, deadline, err, n);
-    if (rc) return rc;
-    h->magic = rv_get32(b);
-    h->version = (uint16_t)(b[4] << 8 | b[5]);
-    h->type = (uint16_t)(b[6] << 8 | b[7]);
-    h->body_bytes = rv_get32(b + 8);
-    rv_printable(b, sizeof b, h->text, sizeof h->text);
-    return BL_OK;
-}
+/* ---- the peer record ---- */
 
 /* qpn 0, psn 4, gid 8..23, ring_addr 24, rkey 32, mtu 36, reserved 40 */
 void rv_peer_encode(const rv_peer *p, uint8_t out[RV_PEER_BYTES]) {
     memset(out, 0, RV_PEER_BYTES);
-    rv_put32(out, p->qpn);
-    rv_put32(out + 4, p->psn);
+    bl_oob_put32(out, p->qpn);
+    bl_oob_put32(out + 4, p->psn);
     memcpy(out + 8, p->gid, 16);
-    rv_put64(out + 24, p->ring_addr);
-    rv_put32(out + 32, p->rkey);
-    rv_put32(out + 36, p->mtu);
+    bl_oob_put64(out + 24, p->ring_addr);
+    bl_oob_put32(out + 32, p->rkey);
+    bl_oob_put32(out + 36, p->mtu);
 }
 void rv_peer_decode(const uint8_t in[RV_PEER_BYTES], rv_peer *p) {
-    p->qpn = rv_get32(in);
-    p->psn = rv_get32(in + 4);
+    p->qpn = bl_oob_get32(in);
+    p->psn = bl_oob_get32(in + 4);
     memcpy(p->gid, in + 8, 16);
-    p->ring_addr = rv_get64(in + 24);
-    p->rkey = rv_get32(in + 32);
-    p->mtu = rv_get32(in + 36);
-}
-
-void rv_printable(const uint8_t *p, size_t len, char *out, size_t n) {
-    size_t o = 0;
-    for (size_t i = 0; i < len && o + 5 < n; ++i)
-        o += (size_t)snprintf(out + o, n - o, p[i] >= 32 && p[i] < 127 && p[i] != '\\' ? "%c" : "\\x%02x", p[i]);
-    out[o < n ? o : n - 1] = 0;
+    p->ring_addr = bl_oob_get64(in + 24);
+    p->rkey = bl_oob_get32(in + 32);
+    p->mtu = bl_oob_get32(in + 36);
 }
 
 /* ---- devices, ports, GIDs ---- */
@@ -182,7 +122,7 @@ int32_t rv_open_device(rv_device *d, const char *want, int ib_port, int gid_inde
     if (!list || count == 0) {
         int e = errno;
         if (list) ibv_free_device_list(list);
-        return rv_fail(err, n, BL_ENOTFOUND,
+        return bl_oob_fail(err, n, BL_ENOTFOUND,
                     "no RDMA device: libibverbs finds none (%s); `backline rdma devices` lists them. For Soft-RoCE "
                     "on an Ethernet interface: rdma link add rxe0 type rxe netdev IFACE",
                     list ? "the device list is empty" : strerror(e));
@@ -225,16 +165,16 @@ int32_t rv_open_device(rv_device *d, const char *want, int ib_port, int gid_inde
             for (int i = 0; i < count; ++i)
                 if (ibv_get_device_name(list[i]) && !strcmp(ibv_get_device_name(list[i]), want)) exists = 1;
             if (!exists)
-                rc = rv_fail(err, n, BL_ENOTFOUND, "no RDMA device named '%s'; there are: %s (`backline rdma devices`)",
+                rc = bl_oob_fail(err, n, BL_ENOTFOUND, "no RDMA device named '%s'; there are: %s (`backline rdma devices`)",
                           want, found);
             else if (ib_port > 0)
-                rc = rv_fail(err, n, BL_ENOTFOUND, "RDMA device '%s' has no port %d; it has: %s", want, ib_port, found);
+                rc = bl_oob_fail(err, n, BL_ENOTFOUND, "RDMA device '%s' has no port %d; it has: %s", want, ib_port, found);
             else
-                rc = rv_fail(err, n, BL_ENOTFOUND, "RDMA device '%s' has no active port: %s", want, found);
+                rc = bl_oob_fail(err, n, BL_ENOTFOUND, "RDMA device '%s' has no active port: %s", want, found);
         } else {
             char which[32] = "";
             if (ib_port > 0) snprintf(which, sizeof which, " %d", ib_port);
-            rc = rv_fail(err, n, BL_ENOTFOUND, "no RDMA device has an active port%s; there are: %s (`backline rdma devices`)",
+            rc = bl_oob_fail(err, n, BL_ENOTFOUND, "no RDMA device has an active port%s; there are: %s (`backline rdma devices`)",
                       which, found);
         }
         ibv_free_device_list(list);
@@ -247,7 +187,7 @@ int32_t rv_open_device(rv_device *d, const char *want, int ib_port, int gid_inde
     d->max_qp_wr = (uint32_t)da.max_qp_wr;
     if (pa.state != IBV_PORT_ACTIVE) {
         rv_close_device(d);
-        return rv_fail(err, n, BL_ENOTFOUND, "port %u of RDMA device '%s' is %s, not ACTIVE", port, want,
+        return bl_oob_fail(err, n, BL_ENOTFOUND, "port %u of RDMA device '%s' is %s, not ACTIVE", port, want,
                     port_state_text(pa.state));
     }
     /* The GID: the one asked for, which must exist and be RoCE v2 (this transport speaks
@@ -276,22 +216,22 @@ int32_t rv_open_device(rv_device *d, const char *want, int ib_port, int gid_inde
         char gids[1024];
         list_gids(ctx, port, pa.gid_tbl_len, gids, sizeof gids);
         rc = gid_index >= 0
-                 ? rv_fail(err, n, BL_ENOTFOUND, "GID index %d of %s port %u is not a RoCE v2 GID; the port has: %s",
+                 ? bl_oob_fail(err, n, BL_ENOTFOUND, "GID index %d of %s port %u is not a RoCE v2 GID; the port has: %s",
                         gid_index, d->name, port, gids)
-                 : rv_fail(err, n, BL_ENOTFOUND, "%s port %u has no RoCE v2 GID (give the interface an address); it has: %s",
+                 : bl_oob_fail(err, n, BL_ENOTFOUND, "%s port %u has no RoCE v2 GID (give the interface an address); it has: %s",
                         d->name, port, gids);
         rv_close_device(d);
         return rc;
     }
     if (ibv_query_gid(ctx, port, chosen, &d->gid)) {
-        rc = rv_fail(err, n, BL_EBACKEND, "cannot read GID %d of %s port %u: %s", chosen, d->name, port, strerror(errno));
+        rc = bl_oob_fail(err, n, BL_EBACKEND, "cannot read GID %d of %s port %u: %s", chosen, d->name, port, strerror(errno));
         rv_close_device(d);
         return rc;
     }
     d->gid_index = chosen;
     d->pd = ibv_alloc_pd(ctx);
     if (!d->pd) {
-        rc = rv_fail(err, n, BL_EBACKEND, "ibv_alloc_pd on %s: %s", d->name, strerror(errno));
+        rc = bl_oob_fail(err, n, BL_EBACKEND, "ibv_alloc_pd on %s: %s", d->name, strerror(errno));
         rv_close_device(d);
         return rc;
     }
@@ -329,20 +269,20 @@ int32_t rv_memory_alloc(rv_device *d, rv_memory *m, rv_memory_kind kind, size_t 
     memset(m, 0, sizeof *m);
     m->kind = kind;
     if (kind != RV_MEMORY_HOST)
-        return rv_fail(err, n, BL_EINVAL,
+        return bl_oob_fail(err, n, BL_EINVAL,
                     "ring memory of kind %d is not built: GPU memory needs a dma-buf registered with "
                     "ibv_reg_dmabuf_mr, which this backend does not have yet", (int)kind);
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     m->bytes = (bytes + page - 1) / page * page;
     m->addr = aligned_alloc(page, m->bytes);
-    if (!m->addr) return rv_fail(err, n, BL_ENOMEM, "cannot allocate %zu bytes of ring memory", m->bytes);
+    if (!m->addr) return bl_oob_fail(err, n, BL_ENOMEM, "cannot allocate %zu bytes of ring memory", m->bytes);
     memset(m->addr, 0, m->bytes);
     m->mr = ibv_reg_mr(d->pd, m->addr, m->bytes, RV_ACCESS);
     if (!m->mr) {
         int e = errno;
         free(m->addr);
         m->addr = NULL;
-        return rv_fail(err, n, BL_EBACKEND, "ibv_reg_mr of %zu bytes on %s: %s%s", m->bytes, d->name, strerror(e),
+        return bl_oob_fail(err, n, BL_EBACKEND, "ibv_reg_mr of %zu bytes on %s: %s%s", m->bytes, d->name, strerror(e),
                     e == ENOMEM || e == EPERM ? " (raise the locked-memory limit: ulimit -l)" : "");
     }
     return BL_OK;
@@ -360,17 +300,17 @@ int32_t rv_qp_create(rv_device *d, rv_qp *q, uint32_t rq_depth, char *err, size_
     memset(q, 0, sizeof *q);
     q->sq_depth = RV_SQ_DEPTH < d->max_qp_wr ? RV_SQ_DEPTH : d->max_qp_wr;
     if (rq_depth > d->max_qp_wr)
-        return rv_fail(err, n, BL_EINVAL, "a ring of %u slots needs %u receive entries, but %s queues at most %u; use "
+        return bl_oob_fail(err, n, BL_EINVAL, "a ring of %u slots needs %u receive entries, but %s queues at most %u; use "
                     "fewer slots", rq_depth, rq_depth, d->name, d->max_qp_wr);
     q->rq_depth = rq_depth;
     q->cq = ibv_create_cq(d->ctx, (int)q->sq_depth + 1, NULL, NULL, 0);
-    if (!q->cq) return rv_fail(err, n, BL_EBACKEND, "ibv_create_cq on %s: %s", d->name, strerror(errno));
+    if (!q->cq) return bl_oob_fail(err, n, BL_EBACKEND, "ibv_create_cq on %s: %s", d->name, strerror(errno));
     if (rq_depth) {
         q->rcq = ibv_create_cq(d->ctx, (int)rq_depth + 1, NULL, NULL, 0);
         if (!q->rcq) {
             int e = errno;
             rv_qp_destroy(q);
-            return rv_fail(err, n, BL_EBACKEND, "ibv_create_cq (%u receive entries) on %s: %s", rq_depth, d->name,
+            return bl_oob_fail(err, n, BL_EBACKEND, "ibv_create_cq (%u receive entries) on %s: %s", rq_depth, d->name,
                         strerror(e));
         }
     }
@@ -392,13 +332,13 @@ int32_t rv_qp_create(rv_device *d, rv_qp *q, uint32_t rq_depth, char *err, size_
     if (!q->qp) {
         int e = errno;
         rv_qp_destroy(q);
-        return rv_fail(err, n, BL_EBACKEND, "ibv_create_qp (RC, %u send entries) on %s: %s", q->sq_depth, d->name,
+        return bl_oob_fail(err, n, BL_EBACKEND, "ibv_create_qp (RC, %u send entries) on %s: %s", q->sq_depth, d->name,
                     strerror(e));
     }
     q->max_inline = ia.cap.max_inline_data;
     q->signal_every = q->sq_depth / 4 ? q->sq_depth / 4 : 1;
     uint32_t r = 0;
-    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = (uint32_t)rv_now_ns();
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = (uint32_t)bl_oob_now_ns();
     q->psn = r & 0xffffff;
     struct ibv_qp_attr a;
     memset(&a, 0, sizeof a);
@@ -409,14 +349,14 @@ int32_t rv_qp_create(rv_device *d, rv_qp *q, uint32_t rq_depth, char *err, size_
     if (ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
         int e = errno;
         rv_qp_destroy(q);
-        return rv_fail(err, n, BL_EBACKEND, "queue pair to INIT on %s: %s", d->name, strerror(e));
+        return bl_oob_fail(err, n, BL_EBACKEND, "queue pair to INIT on %s: %s", d->name, strerror(e));
     }
     return BL_OK;
 }
 
 int32_t rv_qp_connect(rv_device *d, rv_qp *q, const rv_peer *remote, char *err, size_t n) {
     if (remote->mtu < IBV_MTU_256 || remote->mtu > IBV_MTU_4096)
-        return rv_fail(err, n, BL_EPEER, "the peer sent path MTU code %u, not one of 1 (256) to 5 (4096)", remote->mtu);
+        return bl_oob_fail(err, n, BL_EPEER, "the peer sent path MTU code %u, not one of 1 (256) to 5 (4096)", remote->mtu);
     struct ibv_qp_attr a;
     memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_RTR;
@@ -435,7 +375,7 @@ int32_t rv_qp_connect(rv_device *d, rv_qp *q, const rv_peer *remote, char *err, 
         int e = errno;
         char g[64];
         gid_text(remote->gid, g, sizeof g);
-        return rv_fail(err, n, BL_EBACKEND, "queue pair to RTR (peer QP %u, GID %s) on %s: %s%s", remote->qpn, g, d->name,
+        return bl_oob_fail(err, n, BL_EBACKEND, "queue pair to RTR (peer QP %u, GID %s) on %s: %s%s", remote->qpn, g, d->name,
                     strerror(e), e == EINVAL ? " (is the peer's GID reachable from this GID?)" : "");
     }
     memset(&a, 0, sizeof a);
@@ -447,7 +387,7 @@ int32_t rv_qp_connect(rv_device *d, rv_qp *q, const rv_peer *remote, char *err, 
     a.max_rd_atomic = 1;
     if (ibv_modify_qp(q->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                                       IBV_QP_MAX_QP_RD_ATOMIC))
-        return rv_fail(err, n, BL_EBACKEND, "queue pair to RTS on %s: %s", d->name, strerror(errno));
+        return bl_oob_fail(err, n, BL_EBACKEND, "queue pair to RTS on %s: %s", d->name, strerror(errno));
     return BL_OK;
 }
 
@@ -470,161 +410,3 @@ void rv_peer_local(const rv_device *d, const rv_qp *q, const rv_memory *m, size_
     out->mtu = d->active_mtu;
 }
 
-/* ---- out-of-band TCP ---- */
-
-static int32_t resolve(const char *host, int port, struct addrinfo **out, int passive, char *err, size_t n) {
-    struct addrinfo hints;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = passive ? AI_PASSIVE : 0;
-    char service[16];
-    snprintf(service, sizeof service, "%d", port);
-    int rc = getaddrinfo(host, service, &hints, out);
-    if (rc) return rv_fail(err, n, BL_EINVAL, "cannot resolve host '%s': %s", host, gai_strerror(rc));
-    return BL_OK;
-}
-
-int32_t rv_listen(const char *host, int port, int *fd, char *err, size_t n) {
-    struct addrinfo *ai = NULL;
-    int32_t rc = resolve(host, port, &ai, 1, err, n);
-    if (rc) return rc;
-    int e = 0, s = -1;
-    for (struct addrinfo *a = ai; a; a = a->ai_next) {
-        s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-        if (s < 0) {
-            e = errno;
-            continue;
-        }
-        int one = 1;
-        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(s, a->ai_addr, a->ai_addrlen) == 0 && listen(s, 8) == 0) break;
-        e = errno;
-        close(s);
-        s = -1;
-    }
-    freeaddrinfo(ai);
-    if (s < 0) {
-        if (e == EADDRINUSE)
-            return rv_fail(err, n, BL_EBUSY, "port %d on %s is in use (another coprocessor, or another program, listens "
-                        "there); give this coprocessor another Endpoint port", port, host);
-        if (e == EADDRNOTAVAIL)
-            return rv_fail(err, n, BL_EINVAL, "cannot listen on %s:%d: %s is not an address of this machine", host, port, host);
-        return rv_fail(err, n, BL_EBACKEND, "cannot listen on %s:%d: %s", host, port, strerror(e));
-    }
-    *fd = s;
-    return BL_OK;
-}
-
-static int wait_fd(int fd, short events, uint64_t deadline) {
-    for (;;) {
-        uint64_t now = rv_now_ns();
-        if (now >= deadline) return 0;
-        uint64_t left_ms = (deadline - now + 999999) / 1000000;
-        struct pollfd p = {.fd = fd, .events = events};
-        int r = poll(&p, 1, left_ms > 100 ? 100 : (int)left_ms);
-        if (r > 0) return 1;
-        if (r < 0 && errno != EINTR) return -1;
-    }
-}
-
-int32_t rv_dial(const char *host, int port, uint64_t deadline, int *fd, char *err, size_t n) {
-    struct addrinfo *ai = NULL;
-    int32_t rc = resolve(host, port, &ai, 0, err, n);
-    if (rc) return rc;
-    int last = ECONNREFUSED;
-    for (;;) {
-        for (struct addrinfo *a = ai; a; a = a->ai_next) {
-            int s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-            if (s < 0) {
-                last = errno;
-                continue;
-            }
-            int r = connect(s, a->ai_addr, a->ai_addrlen);
-            if (r != 0 && errno == EINPROGRESS) {
-                r = wait_fd(s, POLLOUT, deadline) == 1 ? 0 : -1;
-                int so = ETIMEDOUT;
-                socklen_t len = sizeof so;
-                if (r == 0 && (getsockopt(s, SOL_SOCKET, SO_ERROR, &so, &len) != 0 || so != 0)) r = -1;
-                errno = so;
-            }
-            if (r == 0) {
-                int one = 1;
-                setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                freeaddrinfo(ai);
-                *fd = s;
-                return BL_OK;
-            }
-            last = errno;
-            close(s);
-        }
-        if (rv_now_ns() + 20000000ull >= deadline) break;
-        struct timespec ts = {0, 20 * 1000 * 1000}; /* the coprocessor may not be listening yet */
-        nanosleep(&ts, NULL);
-    }
-    freeaddrinfo(ai);
-    return rv_fail(err, n, BL_ETIMEOUT, "no rdma coprocessor answered at %s:%d before connect_timeout_ms (last: %s); start "
-                "it first, e.g. `backline coprocessor serve --transport rdma --config 'host=%s;port=%d' ...`",
-                host, port, strerror(last), host, port);
-}
-
-int rv_accept(int listen_fd, int *fd) {
-    int s = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (s < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED ? 0 : -1;
-    int one = 1;
-    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    *fd = s;
-    return 1;
-}
-
-int32_t rv_send_all(int fd, const void *buf, size_t len, uint64_t deadline, char *err, size_t n) {
-    const uint8_t *p = buf;
-    while (len) {
-        ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
-        if (w > 0) {
-            p += w;
-            len -= (size_t)w;
-            continue;
-        }
-        if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-            int r = wait_fd(fd, POLLOUT, deadline);
-            if (r == 0) return rv_fail(err, n, BL_ETIMEOUT, "the peer did not take the handshake before the deadline");
-            if (r < 0) return rv_fail(err, n, BL_EPEER, "poll: %s", strerror(errno));
-            continue;
-        }
-        return rv_fail(err, n, BL_EPEER, "the connection broke: %s", strerror(errno));
-    }
-    return BL_OK;
-}
-
-int32_t rv_recv_all(int fd, void *buf, size_t len, uint64_t deadline, char *err, size_t n) {
-    uint8_t *p = buf;
-    size_t want = len;
-    while (len) {
-        ssize_t r = recv(fd, p, len, 0);
-        if (r > 0) {
-            p += r;
-            len -= (size_t)r;
-            continue;
-        }
-        if (r == 0)
-            return rv_fail(err, n, BL_EPEER, "the peer closed the connection after %zu of %zu bytes", want - len, want);
-        if (errno == EAGAIN || errno == EINTR) {
-            int w = wait_fd(fd, POLLIN, deadline);
-            if (w == 0)
-                return rv_fail(err, n, BL_ETIMEOUT, "the peer sent %zu of %zu bytes before the deadline", want - len, want);
-            if (w < 0) return rv_fail(err, n, BL_EPEER, "poll: %s", strerror(errno));
-            continue;
-        }
-        return rv_fail(err, n, BL_EPEER, "the connection broke: %s", strerror(errno));
-    }
-    return BL_OK;
-}
-
-int rv_peer_closed(int fd) {
-    uint8_t b;
-    ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (r == 0) return 1;
-    if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return 1;
-    return 0;
-}

@@ -1,15 +1,16 @@
 /*
  * verbs.h -- what the rdma backend (rdma.c) and the bare floor (floor.c) share, so the floor
  * runs with exactly the framework's queue-pair settings: opening a device and choosing its
- * GID, registering ring memory, creating and connecting an RC queue pair, the out-of-band
- * TCP socket with deadlines, and the byte-order helpers of the handshake messages
- * (docs/rdma.md, "Handshake"). Set-up code, except the send queue's rv_post and rv_reap,
- * which run per round and are inline here for that reason.
+ * GID, registering ring memory, creating and connecting an RC queue pair, and the peer
+ * record of the handshake (docs/rdma.md, "Handshake"; its TCP side is backline/oob.h).
+ * Set-up code, except the send queue's rv_post and rv_reap, which run per round and are
+ * inline here for that reason.
  */
 #ifndef BACKLINE_RDMA_VERBS_H
 #define BACKLINE_RDMA_VERBS_H
 
 #include <backline/backline.h>
+#include <backline/oob.h>
 #include <infiniband/verbs.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -99,49 +100,12 @@ void rv_qp_destroy(rv_qp *q);
 void rv_peer_local(const rv_device *d, const rv_qp *q, const rv_memory *m, size_t ring_offset, rv_peer *out);
 const char *rv_mtu_text(uint32_t mtu);
 
-/* Format an error message into err (n bytes) and return rc. */
-int32_t rv_fail(char *err, size_t n, int32_t rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-/* Big-endian fields of the handshake messages. */
-void rv_put32(uint8_t *p, uint32_t v);
-void rv_put64(uint8_t *p, uint64_t v);
-uint32_t rv_get32(const uint8_t *p);
-uint64_t rv_get64(const uint8_t *p);
 void rv_peer_encode(const rv_peer *p, uint8_t out[RV_PEER_BYTES]);
 void rv_peer_decode(const uint8_t in[RV_PEER_BYTES], rv_peer *p);
 
-/* Every handshake message, the transport's ("BLRD", rdma.c) and the floor's ("BLFL", floor.c),
- * starts with this 12-byte big-endian header: magic u32, version u16, type u16, body bytes u32. */
+/* The rdma transport's handshake magic (rdma.c); the floor's is BL_RDMA_FLOOR_MAGIC (floor.h).
+ * Both use backline/oob.h's message header. */
 #define RV_MAGIC_TRANSPORT 0x424c5244u /* "BLRD" */
-#define RV_MSG_HEADER_BYTES 12u
-#define RV_MSG_MAX_BODY 512u
-typedef struct rv_msg_header {
-    uint32_t magic;
-    uint16_t version, type;
-    uint32_t body_bytes;
-    char text[64]; /* the header's bytes made printable, to show what a foreign peer sent */
-} rv_msg_header;
-/* Header and body (len <= RV_MSG_MAX_BODY) in one send. */
-int32_t rv_msg_send(int fd, uint32_t magic, uint16_t version, uint16_t type, const uint8_t *body, uint32_t len,
-                    uint64_t deadline, char *err, size_t n);
-/* One header, decoded; rv_recv_all's errors. The caller checks magic, version and type. */
-int32_t rv_msg_recv_header(int fd, rv_msg_header *h, uint64_t deadline, char *err, size_t n);
-
-/* Out-of-band TCP. Deadlines are absolute CLOCK_MONOTONIC ns (rv_now_ns). */
-uint64_t rv_now_ns(void);
-/* Listen on host:port (SO_REUSEADDR; a port in use is a clear error); *fd is non-blocking. */
-int32_t rv_listen(const char *host, int port, int *fd, char *err, size_t n);
-/* Dial host:port, retrying refusals until the deadline; TCP_NODELAY. */
-int32_t rv_dial(const char *host, int port, uint64_t deadline, int *fd, char *err, size_t n);
-/* Accept one connection if one is waiting: 1 accepted, 0 none, <0 error. */
-int rv_accept(int listen_fd, int *fd);
-/* All of buf, or BL_ETIMEOUT / BL_EPEER ("closed", "reset") with the reason in err. */
-int32_t rv_send_all(int fd, const void *buf, size_t len, uint64_t deadline, char *err, size_t n);
-int32_t rv_recv_all(int fd, void *buf, size_t len, uint64_t deadline, char *err, size_t n);
-/* 1 when the peer has closed (or reset) the connection, 0 while it is open. */
-int rv_peer_closed(int fd);
-/* Printable start of bytes a non-Backline peer sent, for error messages. */
-void rv_printable(const uint8_t *p, size_t len, char *out, size_t n);
 
 /* ---- the send queue, per round ----
  * Selective signaling: every signal_every-th work request is signaled with wr_id = the number
@@ -159,7 +123,7 @@ static inline int32_t rv_reap(rv_qp *q, uint32_t room, uint64_t wait_ns, char *e
             for (int i = 0; i < got; ++i) {
                 if (wc[i].status != IBV_WC_SUCCESS) {
                     if (!q->dead)
-                        rv_fail(err, n, 0, "an RDMA WRITE to the peer failed: %s (verbs status %d)",
+                        bl_oob_fail(err, n, 0, "an RDMA WRITE to the peer failed: %s (verbs status %d)",
                                 ibv_wc_status_str(wc[i].status), (int)wc[i].status);
                     q->dead = 1;
                 } else if (wc[i].wr_id > q->reaped) {
@@ -167,16 +131,16 @@ static inline int32_t rv_reap(rv_qp *q, uint32_t room, uint64_t wait_ns, char *e
                 }
             }
             if (got < 0 && !q->dead) {
-                rv_fail(err, n, 0, "ibv_poll_cq failed on the send completion queue");
+                bl_oob_fail(err, n, 0, "ibv_poll_cq failed on the send completion queue");
                 q->dead = 1;
             }
         }
         if (q->dead) return BL_EPEER;
         if (q->posted - q->reaped + room <= q->sq_depth) return BL_OK;
-        uint64_t now = rv_now_ns();
+        uint64_t now = bl_oob_now_ns();
         if (!deadline) deadline = now + wait_ns;
         if (now > deadline)
-            return rv_fail(err, n, BL_ETIMEOUT, "the send queue stayed full for timeout_ms: no completion for %llu "
+            return bl_oob_fail(err, n, BL_ETIMEOUT, "the send queue stayed full for timeout_ms: no completion for %llu "
                            "WRITEs", (unsigned long long)(q->posted - q->reaped));
     }
 }
@@ -196,7 +160,7 @@ static inline int32_t rv_post(rv_qp *q, struct ibv_send_wr *wr, uint64_t wait_ns
     int e = ibv_post_send(q->qp, wr, &bad);
     if (e) {
         q->dead = 1;
-        return rv_fail(err, n, BL_EPEER, "ibv_post_send failed: %s", strerror(e));
+        return bl_oob_fail(err, n, BL_EPEER, "ibv_post_send failed: %s", strerror(e));
     }
     return BL_OK;
 }
