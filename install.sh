@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install Backline: the core, then the plugins, which are built against
 # the installed core's header (hence --no-build-isolation).
-#   ./install.sh          everything needed to run (core, memcpy and rdma transports, BP+OSD decoder,
+#   ./install.sh          everything needed to run (core, memcpy, rdma and ucx transports, BP+OSD decoder,
 #                         compiler with its PennyLane frontend, stim device, ORC executor)
 #   ./install.sh --dev    plus what the test suite needs (pytest, ldpc, stim/sinter, CPU torch + triton)
 set -euo pipefail
@@ -15,14 +15,18 @@ esac
 # The rdma transport is built against libibverbs (Debian: libibverbs-dev) and lists devices
 # through Debian's pyverbs; it installs and imports on a machine without an RDMA device, and
 # says so when a placement needs one.
+# The ucx transport is built against libucp (Debian: libucx-dev; ucx-utils has ucx_info and
+# ucx_perftest).
 rdma_debs="libibverbs-dev ibverbs-providers rdma-core python3-pyverbs"
-if ! dpkg -s $rdma_debs >/dev/null 2>&1; then
+ucx_debs="libucx-dev ucx-utils"
+if ! dpkg -s $rdma_debs $ucx_debs >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "install.sh: apt-get install $rdma_debs (for backline-transport-rdma)" >&2
+    echo "install.sh: apt-get install $rdma_debs $ucx_debs (for backline-transport-rdma and -ucx)" >&2
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      $rdma_debs >/dev/null
-  elif [ ! -f /usr/include/infiniband/verbs.h ]; then
-    echo "install.sh: backline-transport-rdma needs libibverbs' headers: sudo apt-get install $rdma_debs" >&2
+      $rdma_debs $ucx_debs >/dev/null
+  elif [ ! -f /usr/include/infiniband/verbs.h ] || [ ! -f /usr/include/ucp/api/ucp.h ]; then
+    echo "install.sh: the rdma and ucx transports need libibverbs' and libucp's headers: sudo apt-get install" \
+      "$rdma_debs $ucx_debs" >&2
     exit 2
   fi
 fi
@@ -31,7 +35,7 @@ python3 -m venv .venv
 if [ "$dev" = 1 ]; then
   .venv/bin/pip install -e '.[plot,test]'
   .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e 'plugins/decoder-bpod[test,sinter]' \
-    -e 'plugins/transport-rdma[test]'
+    -e 'plugins/transport-rdma[test]' -e 'plugins/transport-ucx[test]'
   .venv/bin/pip install -e 'compiler[frontend,test]'
   .venv/bin/pip install -e plugins/device-stim -e 'plugins/executor-orc[test]'
   # The CPU build of torch (pinned: newer releases pull a multi-GB CUDA build); Triton
@@ -39,7 +43,8 @@ if [ "$dev" = 1 ]; then
   .venv/bin/pip install torch==2.13.0 triton
 else
   .venv/bin/pip install -e '.[plot]'
-  .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e plugins/decoder-bpod -e plugins/transport-rdma
+  .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e plugins/decoder-bpod -e plugins/transport-rdma \
+    -e plugins/transport-ucx
   .venv/bin/pip install -e 'compiler[frontend]'
   .venv/bin/pip install -e plugins/device-stim -e plugins/executor-orc
 fi

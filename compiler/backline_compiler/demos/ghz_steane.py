@@ -25,6 +25,7 @@ prints rounds per second and the RTT median and P99 of each.
 the rounds cross RoCE v2 (``backline-transport-rdma``; it needs an RDMA device, such as the
 Soft-RoCE device of ``plugins/transport-rdma/guest/run-in-guest``), its endpoint on ``--host``
 and a free port. ``--compare`` then runs part 2 over memcpy too and checks the samples match.
+``--transport ucx`` does the same over UCX active messages (``backline-transport-ucx``).
 """
 
 from __future__ import annotations
@@ -157,20 +158,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--executor", choices=["local"], default=None,
                         help="run the decoder in an executor: 'local' starts one on this machine "
                              "(needs the backline-executor-orc plugin)")
-    parser.add_argument("--transport", choices=["memcpy", "rdma"], default="memcpy",
-                        help="rdma: the decoder in its own process, rounds over RoCE v2 (needs an RDMA device)")
-    parser.add_argument("--host", default="127.0.0.1", help="with --transport rdma: the address the decoder listens on")
+    parser.add_argument("--transport", choices=["memcpy", "rdma", "ucx"], default="memcpy",
+                        help="rdma: the decoder in its own process, rounds over RoCE v2 (needs an RDMA device); ucx: "
+                             "in its own process, rounds as UCX active messages (backline-transport-ucx)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="with --transport rdma or ucx: the address the decoder listens on")
     parser.add_argument("--compare", action="store_true",
-                        help="with --executor or --transport rdma: run part 2 over memcpy in process too, and print "
-                             "rounds/s and RTT of both")
+                        help="with --executor or --transport rdma/ucx: run part 2 over memcpy in process too, and "
+                             "print rounds/s and RTT of both")
     args = parser.parse_args(argv)
     if args.shots < 1:
         parser.error("--shots must be at least 1")
     if args.compare and args.executor is None and args.transport == "memcpy":
         parser.error("--compare compares another placement with the in-process run: give --executor local or "
-                     "--transport rdma")
+                     "--transport rdma or ucx")
     if args.executor is not None and args.transport != "memcpy":
-        parser.error("--executor and --transport rdma are separate placements here; give one")
+        parser.error(f"--executor and --transport {args.transport} are separate placements here; give one")
     if args.executor is None:
         return _demo(args, None)
     try:

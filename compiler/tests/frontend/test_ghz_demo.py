@@ -79,8 +79,8 @@ def test_demo_command_compare_needs_an_executor(capsys: pytest.CaptureFixture[st
     with pytest.raises(SystemExit) as exc:
         main(["--compare"])
     assert exc.value.code == 2
-    assert "--compare compares another placement with the in-process run: give --executor local or --transport rdma" \
-        in capsys.readouterr().err
+    assert ("--compare compares another placement with the in-process run: give --executor local or --transport rdma "
+            "or ucx") in capsys.readouterr().err
 
 
 def test_demo_command_refuses_an_executor_and_rdma_together(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,41 @@
+"""Entry point of the ucx transport: what it serves and where its backend is."""
+
+from __future__ import annotations
+
+import os
+
+from backline_core import Transport, hookimpl
+from backline_core.errors import TransportError
+
+from . import get_library
+
+
+def _library(hardware: str, role: str) -> str:
+    path = get_library()
+    if not os.path.isfile(path):
+        raise TransportError("the ucx transport has no backend: libucp's headers were missing when "
+                             "backline-transport-ucx was installed; apt-get install libucx-dev, then reinstall it "
+                             "(pip install --no-build-isolation plugins/transport-ucx)")
+    return path
+
+
+@hookimpl
+def backline_transports() -> list[Transport]:
+    return [
+        Transport(
+            name="ucx",
+            summary="UCX active messages (libucp) over shared memory or TCP: nodes in other processes or on other hosts",
+            serves=(("cpu", "controller"), ("cpu", "coprocessor")),
+            runs_in=("process", "executor"),
+            library=_library,
+            needs_endpoint=True,
+            idle="spins",
+            init_args={
+                "tls": "UCX transports: shm (posix, sysv), tcp, or auto (UCX's own choice, the default); both sides "
+                       "need one in common",
+                "cpu": "coprocessor: pin its poller thread to this CPU",
+                "rt_priority": "coprocessor: SCHED_FIFO priority 1-99 for its poller thread, best effort (it says what "
+                               "was applied); 0: none (default)",
+            },
+        )
+    ]

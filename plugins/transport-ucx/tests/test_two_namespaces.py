@@ -1,0 +1,84 @@
+"""Two hosts' worth of network: the controller and the coprocessor in two network namespaces
+joined by a veth pair, rounds over UCX's TCP transport between the addresses this test gives
+them. Needs root and iproute2; the namespaces (and the veth with them) go at the end however
+the test went."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+ROUNDS = 2000
+PORT = 18600
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
+                                reason="creates network namespaces: needs root and iproute2 (`ip`)")
+
+CONTROLLER = """
+import sys, time
+from backline_core import Session
+table = [0x00, 0x01, 0x10, 0x02, 0x40, 0x08, 0x20, 0x04]
+s = Session.open("ucx", "controller", "dec", in_bytes=1, out_bytes=1,
+                 config="host={host};port={port};tls=tcp;timeout_ms=10000;connect_timeout_ms=60000")
+rtt = []
+for i in range({rounds}):
+    assert s.round(bytes([i & 7])) == bytes([table[i & 7]]), i
+    rtt.append(s.last_rtt_ns)
+s.destroy()
+rtt.sort()
+print(f"two-namespace rounds ok: {rounds} steane rounds over tcp, RTT median {{rtt[len(rtt) // 2] / 1e3:.1f}} us, "
+      f"P99 {{rtt[int(len(rtt) * 0.99)] / 1e3:.1f}} us", flush=True)
+"""
+
+
+def ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+def test_rounds_cross_two_network_namespaces_over_tcp() -> None:
+    tag = uuid.uuid4().hex[:6]
+    a, b = f"bl-ucx-a-{tag}", f"bl-ucx-b-{tag}"
+    host_a, host_b = "10.203.0.1", "10.203.0.2"
+    made: list[str] = []
+    serve = None
+    try:
+        for ns in (a, b):
+            ip("netns", "add", ns)
+            made.append(ns)
+        ip("link", "add", f"va{tag}", "type", "veth", "peer", "name", f"vb{tag}")
+        ip("link", "set", f"va{tag}", "netns", a)
+        ip("link", "set", f"vb{tag}", "netns", b)
+        for ns, dev, addr in ((a, f"va{tag}", host_a), (b, f"vb{tag}", host_b)):
+            ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+            ip("-n", ns, "link", "set", dev, "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+        serve = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-m", "backline_core.cli", "coprocessor",
+                                  "serve", "--transport", "ucx", "--key", "dec", "--fn", "steane", "--config",
+                                  f"host={host_b};port={PORT};tls=tcp"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = serve.stdout.readline()
+        assert line.startswith("ready"), f"{line!r} {serve.stderr.read() if serve.poll() is not None else ''}"
+        code = CONTROLLER.format(host=host_b, port=PORT, rounds=ROUNDS)
+        ctl = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=300)
+        print(ctl.stdout)
+        assert ctl.returncode == 0, ctl.stdout + ctl.stderr
+        assert "two-namespace rounds ok" in ctl.stdout
+        # The controller's namespace cannot reach the coprocessor's loopback: only the veth joins them.
+        assert "UCX transports: tcp/va" in ctl.stderr, ctl.stderr
+    finally:
+        if serve is not None:
+            if serve.poll() is None:
+                serve.kill()
+            serve.wait(30)
+            for stream in (serve.stdout, serve.stderr):
+                stream.close()
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+    assert tag not in left, f"namespaces left behind: {left}"
