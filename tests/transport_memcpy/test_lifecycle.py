@@ -154,7 +154,9 @@ def module_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str
 # ---- 1. a child dies with its parent ------------------------------------------------------
 
 DEPLOYING_PARENT = """
-import sys, time
+import signal, sys, time
+# A suite started under nohup hands SIGHUP down ignored; this parent is one that dies of it.
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 from backline_core import Controller, Coprocessor, Placement
 from backline_core.deployment import deploy
 
