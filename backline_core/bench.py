@@ -65,6 +65,8 @@ class BenchConfig:
     error_rate: float = 0.05
     decoder_id: int = 0
     decoder_params: dict[str, str] = field(default_factory=dict)
+    #: the transport's own init_args (its Transport record declares them), for both nodes
+    transport_args: dict[str, str] = field(default_factory=dict)
     block: int = 50_000
     warmup: int = 16
     progress: bool = False
@@ -127,9 +129,11 @@ class BenchConfig:
         if not isinstance(self.error_rate, numbers.Real) or not (math.isfinite(self.error_rate)
                                                                  and 0 < self.error_rate < 1):
             raise BacklineError(f"--error-rate {self.error_rate}: must be a probability strictly between 0 and 1")
-        if not isinstance(self.decoder_params, dict):
-            raise BacklineError("decoder_params must be a dict of str to str, not "
-                                f"{type(self.decoder_params).__name__}")
+        for name in ("decoder_params", "transport_args"):
+            value = getattr(self, name)
+            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in value.items()):
+                raise BacklineError(f"{name} must be a dict of str to str, not {value!r}")
         allowed = os.sched_getaffinity(0)
         for name, cpu in (("--controller-cpu", self.controller_cpu), ("--coprocessor-cpu", self.coprocessor_cpu)):
             if cpu is None or (self.peer is not None and name == "--coprocessor-cpu"):  # the peer pins its own
@@ -585,6 +589,12 @@ def run(cfg: BenchConfig, report: Callable[[str], None] = lambda s: None) -> Ben
     if ring["slot_bytes"] != lib.BL_DEFAULT_SLOT_BYTES:  # messages past the default slot: slots that fit them
         init_args.update(ring)
     part = plugins.transport_backend(cfg.transport, "cpu", "coprocessor")
+    unknown = sorted(set(cfg.transport_args) - set(part.init_args))
+    if unknown:
+        keys = ", ".join(sorted(part.init_args)) or "none"
+        raise BacklineError(f"--transport-arg {unknown[0]}: not a key of transport {cfg.transport!r} (its keys: "
+                            f"{keys})")
+    init_args.update(cfg.transport_args)
     if cfg.peer is not None:
         return _run_with_peer(cfg, part, function, init_args, table, out_bytes, report)
     runs_in = cfg.runs_in or part.runs_in[0]
@@ -596,7 +606,7 @@ def run(cfg: BenchConfig, report: Callable[[str], None] = lambda s: None) -> Ben
         executor = stack.enter_context(_local_executor()) if runs_in == "executor" else None
         name = f"bench-{os.getpid()}"
         placement = Placement(
-            controller=Controller(name="bench-controller"),
+            controller=Controller(name="bench-controller", init_args=dict(cfg.transport_args)),
             coprocessors=[Coprocessor(name=name, coprocessor_fn=function, runs_in=runs_in, executor=executor,
                                       init_args=init_args, endpoint=endpoint)],
             transport=cfg.transport,
@@ -636,7 +646,7 @@ def _run_with_peer(cfg: BenchConfig, part: Any, function: CoprocessorFunction, i
                             "one whose nodes have an Endpoint, such as rdma")
     host, port = cfg.peer_address()
     placement = Placement(
-        controller=Controller(name="bench-controller"),
+        controller=Controller(name="bench-controller", init_args=dict(cfg.transport_args)),
         coprocessors=[Coprocessor(name=PEER_KEY, coprocessor_fn=function, runs_in="process", init_args=init_args,
                                   endpoint=Endpoint(host=host, port=port))],
         transport=cfg.transport,
@@ -805,6 +815,7 @@ def format_report(result: BenchResult) -> str:
     lines = [
         f"backline bench: transport={cfg.transport} runs_in={cfg.runs_in} fn={cfg.coprocessor_fn} "
         + (f"code={os.path.basename(cfg.code)} p={cfg.error_rate} decoder_id={cfg.decoder_id} " if cfg.code else "")
+        + "".join(f"{k}={v} " for k, v in sorted(cfg.transport_args.items()))
         + f"driver={cfg.driver} cadence={cfg.cadence} payload={cfg.payload_bytes} B rounds={cfg.rounds:,} "
         + (f"cpus={cfg.controller_cpu}->peer {cfg.peer}" if cfg.peer else
            f"cpus={cfg.controller_cpu}->{cfg.coprocessor_cpu}"),

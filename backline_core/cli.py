@@ -151,7 +151,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         gap_span=args.gap_span, seed=args.seed, controller_cpu=args.controller_cpu,
         coprocessor_cpu=args.coprocessor_cpu, driver=args.driver, block=args.block, warmup=args.warmup,
         progress=not args.no_progress, code=args.code, error_rate=args.error_rate, decoder_id=args.decoder_id,
-        decoder_params=_params(args.decoder_param), host=args.host, peer=args.peer,
+        decoder_params=_params(args.decoder_param, "--decoder-param"), host=args.host, peer=args.peer,
+        transport_args=_params(args.transport_arg, "--transport-arg"),
     )
     cfg.validate()
     bench.check_outputs(args.json, args.plot)  # before the run: its results must have somewhere to go
@@ -160,13 +161,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0 if result.lost == 0 and result.mismatched == 0 else 1
 
 
-def _params(items: Sequence[str]) -> dict[str, str]:
+def _params(items: Sequence[str], option: str) -> dict[str, str]:
     from .config import parse_config
 
     try:
         return parse_config(";".join(items))
     except ValueError as exc:
-        raise BacklineError(f"--decoder-param: {exc}") from None
+        raise BacklineError(f"{option}: {exc}") from None
 
 
 # -- coprocessor serve ------------------------------------------------------------------------
@@ -450,6 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"decoder_id of every round, 0 to {lib.BL_MAX_DECODERS - 1} (with --code: 0 = Hx, 1 = Hz)")
     b.add_argument("--decoder-param", action="append", default=[], metavar="KEY=VALUE",
                    help="passed to the decoder plugin's build() (repeatable)")
+    b.add_argument("--transport-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="one of the transport's own init_args (`backline plugins` lists them), given to the "
+                        "controller and the coprocessor, e.g. tls=shm for ucx (repeatable)")
     b.add_argument("--block", type=_whole_number, default=50_000, help="rounds per interleaved block")
     b.add_argument("--warmup", type=_whole_number, default=16, help="unrecorded rounds at the start of each block")
     b.add_argument("--json", metavar="FILE", help="write the statistics as JSON (checked writable before the run)")

@@ -204,6 +204,18 @@ def test_bench_peer_that_is_not_host_and_port_is_one_line(capsys, peer):
     bench_error(capsys, [*QUICK, "--peer", peer], f"--peer {peer!r}: give HOST:PORT", "bench-peer")
 
 
+def test_bench_transport_arg_that_is_not_key_value_is_one_line(capsys):
+    bench_error(capsys, [*QUICK, "--transport-arg", "tls"], "--transport-arg", "tls")
+
+
+def test_bench_transport_args_must_be_strings():
+    from backline_core.bench import BenchConfig
+    from backline_core.errors import BacklineError
+
+    with pytest.raises(BacklineError, match="transport_args must be a dict of str to str"):
+        BenchConfig(rounds=100, controller_cpu=None, coprocessor_cpu=None, transport_args={"tls": 1}).validate()
+
+
 def test_bench_peer_address_and_what_it_leaves_to_the_peer():
     from backline_core.bench import BenchConfig
     from backline_core.errors import BacklineError

@@ -281,3 +281,27 @@ def test_without_its_backend_resolution_says_what_to_install(monkeypatch: pytest
                                                     endpoint=Endpoint(host=HOST, port=free_port()))]))
     assert "apt-get install libucx-dev" in str(info.value)
 
+
+
+def backline(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "backline_core.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("tls", TLS)
+def test_bench_over_ucx_checks_every_reply(tls: str) -> None:
+    result = backline("bench", "--transport", "ucx", "--transport-arg", f"tls={tls}", "--rounds", "5000", "--block",
+                      "1000", "--no-progress", "--controller-cpu", "none", "--coprocessor-cpu", "none")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"transport=ucx runs_in=process fn=echo tls={tls} " in result.stdout, result.stdout
+    assert "lost: 0  mismatched replies: 0" in result.stdout
+    assert f"UCX transports: {'tcp/lo' if tls == 'tcp' else ''}" in result.stderr
+
+
+def test_bench_refuses_a_key_the_transport_does_not_have() -> None:
+    result = backline("bench", "--transport", "ucx", "--transport-arg", "device=mlx5_0", "--rounds", "100",
+                      "--no-progress")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--transport-arg device: not a key of transport 'ucx'" in lines[0], result.stderr
+    assert "tls" in lines[0]
