@@ -116,20 +116,7 @@ class CoprocessorProcess:
 
     @staticmethod
     def _child_environment() -> dict[str, str]:
-        """This process's environment for a serve child, less what would import from its working
-        directory: an empty or relative ``PYTHONPATH`` entry names the working directory (or a
-        place in it), which ``-P`` alone does not keep off ``sys.path``."""
-        env = dict(os.environ)
-        entries = env.get("PYTHONPATH", "").split(os.pathsep)
-        kept = [entry for entry in entries if entry and os.path.isabs(entry)]
-        if kept:
-            env["PYTHONPATH"] = os.pathsep.join(kept)
-        else:
-            env.pop("PYTHONPATH", None)
-        env["PYTHONSAFEPATH"] = "1"
-        for name in ("PYTHONSTARTUP", "PYTHONINSPECT"):  # interactive-only; never in a server
-            env.pop(name, None)
-        return env
+        return child_environment()
 
     def _read(self, stream: Any, ready: bool) -> None:
         """Drain one of the child's pipes on a thread: its lines go to the tail, the first
@@ -389,3 +376,21 @@ def connect_controller(placement: Placement, coprocessor: str, *, in_bytes: int,
 def deploy(placement: Placement, *, in_bytes: int, out_bytes: int) -> Deployment:
     """Resolve ``placement`` and bring up its sessions; use as a context manager."""
     return Deployment(placement, in_bytes=in_bytes, out_bytes=out_bytes)
+
+
+def child_environment() -> dict[str, str]:
+    """This process's environment for a child that serves others (a coprocessor, an executor, a
+    floor responder), less what would import from its working directory: an empty or relative
+    ``PYTHONPATH`` entry names the working directory (or a place in it), which ``-P`` alone does
+    not keep off ``sys.path``."""
+    env = dict(os.environ)
+    entries = env.get("PYTHONPATH", "").split(os.pathsep)
+    kept = [entry for entry in entries if entry and os.path.isabs(entry)]
+    if kept:
+        env["PYTHONPATH"] = os.pathsep.join(kept)
+    else:
+        env.pop("PYTHONPATH", None)
+    env["PYTHONSAFEPATH"] = "1"
+    for name in ("PYTHONSTARTUP", "PYTHONINSPECT"):  # interactive-only; never in a server
+        env.pop(name, None)
+    return env

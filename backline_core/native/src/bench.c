@@ -9,11 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Fibonacci LFSR, taps 32, 22, 2, 1 (x^32 + x^22 + x^2 + x + 1), as in the paper's pacer. */
-BL_API uint32_t bl_lfsr_next(uint32_t l) {
-    uint32_t bit = ((l >> 31) ^ (l >> 21) ^ (l >> 1) ^ l) & 1u;
-    return (l << 1) | bit;
-}
+BL_API uint32_t bl_lfsr_next(uint32_t l) { return bl_pingpong_lfsr_next(l); }
 
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -37,16 +33,13 @@ BL_API double bl_bench_timer_resolution_ns(void) {
 }
 
 static inline void wait_gap(bl_bench_config *cfg) {
-    if (cfg->cadence != BL_CADENCE_RANDOM_DELAYED) return;
-    cfg->lfsr = bl_lfsr_next(cfg->lfsr);
-    uint64_t until = bl__now() + cfg->gap_base_ns + (cfg->lfsr & cfg->gap_span_mask);
-    while (bl__now() < until) bl_cpu_relax();
+    if (cfg->cadence == BL_CADENCE_RANDOM_DELAYED) bl_pingpong_wait_gap(&cfg->lfsr, cfg->gap_base_ns, cfg->gap_span_mask);
 }
 
 /* The payload of round i: its index (little-endian) repeated, or a table entry. */
 static inline const uint8_t *payload_for(const bl_bench_config *cfg, uint64_t i, uint8_t *scratch) {
     if (cfg->payloads) return cfg->payloads + (size_t)(i % cfg->n_payloads) * cfg->payload_bytes;
-    for (uint32_t b = 0; b < cfg->payload_bytes; ++b) scratch[b] = (uint8_t)(i >> (8 * (b % 8))) ^ (uint8_t)(b / 8);
+    bl_pingpong_fill(scratch, cfg->payload_bytes, i);
     return scratch;
 }
 

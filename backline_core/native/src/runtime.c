@@ -167,14 +167,7 @@ BL_API int32_t bl_abi_version(void) { return BACKLINE_ABI_VERSION; }
 double bl__ns_per_tick = 1.0;
 static pthread_once_t ticks_once = PTHREAD_ONCE_INIT;
 
-static void calibrate(void) {
-    uint64_t n0 = bl__now(), t0 = bl__ticks(), n1, t1;
-    do {
-        n1 = bl__now();
-        t1 = bl__ticks();
-    } while (n1 - n0 < 2000000); /* 2 ms: the factor is then good to ~1e-5 */
-    if (t1 > t0) bl__ns_per_tick = (double)(n1 - n0) / (double)(t1 - t0);
-}
+static void calibrate(void) { bl__ns_per_tick = bl_pingpong_measure_ns_per_tick(); }
 
 void bl__calibrate_ticks(void) { pthread_once(&ticks_once, calibrate); }
 BL_API uint64_t bl_now_ns(void) { return bl__now(); }

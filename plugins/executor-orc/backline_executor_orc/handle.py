@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from backline_core.deployment import child_environment
 from backline_core.errors import (
     AuthenticationError,
     DeadlineError,
@@ -628,7 +629,7 @@ class Executor:
             with open(log_path, "ab") as log:
                 try:
                     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                                            env=_child_environment(), process_group=0)
+                                            env=child_environment(), process_group=0)
                 except OSError as exc:
                     raise TransportError(f"cannot start the executor ({python}): {exc}") from None
             res.procs.append(("executor", proc))
@@ -867,14 +868,6 @@ def _interpreter_flags() -> list[str]:
     from backline_core.deployment import CoprocessorProcess
 
     return CoprocessorProcess._interpreter_flags()
-
-
-def _child_environment() -> dict[str, str]:
-    """This process's environment, less what would import from the server's working folder
-    (the same rule as the core's coprocessor processes)."""
-    from backline_core.deployment import CoprocessorProcess
-
-    return CoprocessorProcess._child_environment()
 
 
 def _await_ready(reader: _Reader, poll: Callable[[], int | None], what: str, timeout: float,

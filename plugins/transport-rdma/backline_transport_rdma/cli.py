@@ -70,7 +70,10 @@ def _cmd_bench_peer(args: argparse.Namespace) -> int:
     from backline_core.bench import PEER_KEY
     from backline_core.deployment import CoprocessorProcess
 
-    from .floor import FLOOR_PORT_OFFSET, READY_TIMEOUT_S, Responder, StopWatch
+    from backline_core.bench_floor import Responder
+
+    from .floor import FLOOR_PORT_OFFSET, READY_TIMEOUT_S, StopWatch
+    from .floor import responder as floor_responder
 
     _check_peer_args(args)
     stop = StopWatch(None)  # armed first: a signal during start-up ends it, leaving nothing running
@@ -83,9 +86,9 @@ def _cmd_bench_peer(args: argparse.Namespace) -> int:
     wait_ms = max(1, int(min(longest if args.duration is None else args.duration, longest) * 1000))
     try:
         floor_port = args.port + FLOOR_PORT_OFFSET
-        responder = Responder(args.host, floor_port, device=args.device, ib_port=args.ib_port or 0,
-                              gid_index=-1 if args.gid_index is None else args.gid_index, cpu=args.floor_cpu,
-                              timeout_ms=args.timeout_ms or 1000, wait_ms=wait_ms)
+        responder = floor_responder(args.host, floor_port, device=args.device, ib_port=args.ib_port or 0,
+                                    gid_index=-1 if args.gid_index is None else args.gid_index, cpu=args.floor_cpu,
+                                    timeout_ms=args.timeout_ms or 1000, wait_ms=wait_ms)
         coprocessor = CoprocessorProcess("rdma", PEER_KEY, [args.fn], _peer_config(args),
                                          ready_timeout=READY_TIMEOUT_S)
         print(f"ready peer={args.host}:{args.port} coprocessor={args.fn} cpu={args.cpu} floor_port={floor_port} "

@@ -47,6 +47,8 @@
 
 #include "verbs.h"
 
+#include <backline/pingpong.h>
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -68,53 +70,12 @@ enum { FL_HELLO = 1, FL_ACCEPT = 2 };
 _Static_assert(FL_ACCEPT_BYTES <= BL_OOB_MAX_BODY, "the floor's largest message fits bl_oob_send_msg");
 #define FL_CHECK_NS 1000000ull         /* look at the CQ, the socket and the deadline this often */
 
-/* ---- the round clock: the core's (a calibrated constant-rate counter), so framework and
- * floor are timed alike; deadlines use CLOCK_MONOTONIC (bl_oob_now_ns). ---- */
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
-#define fl_relax() _mm_pause()
-static inline uint64_t fl_ticks(void) { return __rdtsc(); }
-#elif defined(__aarch64__)
-#define fl_relax() __asm__ __volatile__("yield" ::: "memory")
-static inline uint64_t fl_ticks(void) {
-    uint64_t v;
-    __asm__ __volatile__("isb; mrs %0, cntvct_el0" : "=r"(v));
-    return v;
-}
-#else
-#define fl_relax() ((void)0)
-static inline uint64_t fl_ticks(void) { return bl_oob_now_ns(); }
-#endif
-
+/* The round clock, pacing and payload are backline/pingpong.h's, as the core's bench, so
+ * framework and floor are timed alike; deadlines use CLOCK_MONOTONIC (bl_oob_now_ns). */
 static double ns_per_tick = 1.0;
 static pthread_once_t calibrated = PTHREAD_ONCE_INIT;
 
-static void calibrate(void) {
-    uint64_t n0 = bl_oob_now_ns(), t0 = fl_ticks(), n1, t1;
-    do {
-        n1 = bl_oob_now_ns();
-        t1 = fl_ticks();
-    } while (n1 - n0 < 2000000); /* 2 ms, as the core's */
-    if (t1 > t0) ns_per_tick = (double)(n1 - n0) / (double)(t1 - t0);
-}
-
-static inline uint64_t ns_since(uint64_t start) {
-    uint64_t now = fl_ticks();
-    return now > start ? (uint64_t)((double)(now - start) * ns_per_tick + 0.5) : 0; /* a step back reads 0 */
-}
-
-static uint64_t ticks_for_ns(uint64_t ns) {
-    uint64_t t = (uint64_t)((double)ns / ns_per_tick);
-    return t ? t : 1;
-}
-
-static inline uint64_t le64(uint64_t v) {
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    return __builtin_bswap64(v);
-#else
-    return v;
-#endif
-}
+static void calibrate(void) { ns_per_tick = bl_pingpong_measure_ns_per_tick(); }
 
 struct bl_rdma_floor {
     int responder;
@@ -373,15 +334,15 @@ static int32_t pin_self(int cpu, char *err, size_t n) {
 
 /* Echo rounds until the initiator disconnects or a stop. */
 static int32_t echo(struct bl_rdma_floor *h) {
-    const uint64_t check = ticks_for_ns(FL_CHECK_NS);
+    const uint64_t check = bl_pingpong_ticks_for_ns(FL_CHECK_NS, ns_per_tick);
     volatile uint64_t *counter = (volatile uint64_t *)(rx(h) + h->counter_off);
     for (uint64_t next = 1;; ++next) {
-        uint64_t want = le64(next), check_at = fl_ticks() + check;
+        uint64_t want = bl_pingpong_le64(next), check_at = bl_pingpong_ticks() + check;
         for (uint32_t spins = 0; __atomic_load_n(counter, __ATOMIC_ACQUIRE) != want;) {
-            fl_relax();
+            bl_pingpong_relax();
             if ((++spins & 1023u) == 0) {
                 if (stopping(h)) return BL_OK;
-                uint64_t now = fl_ticks();
+                uint64_t now = bl_pingpong_ticks();
                 if (now >= check_at) {
                     check_at = now + check;
                     if (reap(h)) return BL_EPEER;
@@ -529,20 +490,6 @@ BL_API int32_t bl_rdma_floor_cadence(bl_rdma_floor *h, int32_t cadence, uint32_t
     return BL_OK;
 }
 
-/* bench.c's LFSR and gap (bl_lfsr_next: taps 32, 22, 2, 1). */
-static inline void wait_gap(struct bl_rdma_floor *h) {
-    if (h->cadence != BL_CADENCE_RANDOM_DELAYED) return;
-    uint32_t l = h->lfsr;
-    h->lfsr = (l << 1) | (((l >> 31) ^ (l >> 21) ^ (l >> 1) ^ l) & 1u);
-    uint64_t until = bl_oob_now_ns() + h->gap_base_ns + (h->lfsr & h->gap_span_mask);
-    while (bl_oob_now_ns() < until) fl_relax();
-}
-
-/* Round i's payload: bl_bench_rounds' echo payload (bench.c payload_for). */
-static inline void fill(uint8_t *p, uint32_t bytes, uint64_t i) {
-    for (uint32_t b = 0; b < bytes; ++b) p[b] = (uint8_t)(i >> (8 * (b % 8))) ^ (uint8_t)(b / 8);
-}
-
 BL_API int32_t bl_rdma_floor_rounds(bl_rdma_floor *h, uint64_t first_round, uint64_t rounds, uint64_t *rtt_ns,
                                     bl_bench_result *res) {
     if (!res) return BL_EINVAL;
@@ -560,21 +507,21 @@ BL_API int32_t bl_rdma_floor_rounds(bl_rdma_floor *h, uint64_t first_round, uint
         if (strncmp(was, "the floor is broken", 19)) HFAIL(h, 0, "the floor is broken by an earlier failure: %s", was);
         return BL_ESTATE;
     }
-    const uint64_t check = ticks_for_ns(FL_CHECK_NS);
+    const uint64_t check = bl_pingpong_ticks_for_ns(FL_CHECK_NS, ns_per_tick);
     uint8_t *out = tx(h), *in = rx(h);
     volatile uint64_t *counter = (volatile uint64_t *)(in + h->counter_off);
     for (uint64_t k = 0; k < rounds; ++k) {
-        uint64_t i = first_round + k, seq = h->seq + 1, want = le64(seq);
-        fill(out, h->payload_bytes, i);
+        uint64_t i = first_round + k, seq = h->seq + 1, want = bl_pingpong_le64(seq);
+        bl_pingpong_fill(out, h->payload_bytes, i);
         memcpy(out + h->counter_off, &want, 8);
-        wait_gap(h);
-        uint64_t t0 = fl_ticks(); /* after staging, like the framework's post timestamp */
+        if (h->cadence == BL_CADENCE_RANDOM_DELAYED) bl_pingpong_wait_gap(&h->lfsr, h->gap_base_ns, h->gap_span_mask);
+        uint64_t t0 = bl_pingpong_ticks(); /* after staging, like the framework's post timestamp */
         int32_t rc = post(h, out);
         uint64_t deadline = 0, check_at = t0 + check;
         for (uint32_t spins = 0; !rc && __atomic_load_n(counter, __ATOMIC_ACQUIRE) != want;) {
-            fl_relax();
+            bl_pingpong_relax();
             if ((++spins & 255u) == 0) {
-                uint64_t now = fl_ticks();
+                uint64_t now = bl_pingpong_ticks();
                 if (now < check_at) continue;
                 check_at = now + check;
                 uint64_t wall = bl_oob_now_ns();
@@ -600,7 +547,7 @@ BL_API int32_t bl_rdma_floor_rounds(bl_rdma_floor *h, uint64_t first_round, uint
             res->first_error = rc;
             return rc; /* the peer's state is unknown now: later rounds cannot be trusted */
         }
-        rtt_ns[k] = ns_since(t0);
+        rtt_ns[k] = bl_pingpong_ns_since(t0, ns_per_tick);
         h->seq = seq;
         if (memcmp(in, out, h->payload_bytes) != 0) res->mismatched++;
         res->done++;
