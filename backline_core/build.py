@@ -29,7 +29,10 @@ _PLAIN: set[str] = set()  # names of the extensions built as plain libraries
 _CFLAGS = ["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 
 
-_OOB_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native", "src", "oob.c")
+_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native", "src")
+#: what ``oob=True`` compiles in: backline/oob.h's TCP and handshake helpers, and
+#: backline/remote.h's control plane of a coprocessor in another process, which uses them
+_OOB_SOURCES = [os.path.join(_SRC, "oob.c"), os.path.join(_SRC, "remote.c")]
 
 
 def plain_library(name: str, sources: list[str], *, include_dirs: list[str] | None = None,
@@ -39,7 +42,9 @@ def plain_library(name: str, sources: list[str], *, include_dirs: list[str] | No
 
     ``backline.h`` is on the include path; the last dotted part of ``name`` becomes the
     file name (``pkg.libfoo`` -> ``pkg/libfoo.so``). ``oob``: compile in the core's
-    out-of-band TCP and handshake helpers (``backline/oob.h``), private to this library.
+    out-of-band TCP and handshake helpers (``backline/oob.h``) and the control plane of a
+    coprocessor in another process built on them (``backline/remote.h``), private to this
+    library.
     """
     ext = Extension(
         name,
@@ -68,7 +73,7 @@ class BuildPlainLibraries(build_ext):
         if not getattr(ext, "backline_oob", False):
             super().build_extension(ext)
             return
-        sources, ext.sources = ext.sources, [*ext.sources, _OOB_SOURCE]
+        sources, ext.sources = ext.sources, [*ext.sources, *_OOB_SOURCES]
         try:
             super().build_extension(ext)
         finally:

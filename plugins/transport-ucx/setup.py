@@ -22,7 +22,8 @@ search = [*os.environ.get("CPATH", "").split(os.pathsep), "/usr/local/include", 
 ext_modules = []
 if have_ucp(search):
     ext_modules.append(plain_library("backline_transport_ucx.libbackline_transport_ucx",
-                                     sources=["backline_transport_ucx/native/ucx.c"],
+                                     sources=["backline_transport_ucx/native/ucx.c",
+                                              "backline_transport_ucx/native/worker.c"],
                                      libraries=["ucp", "uct", "ucs"], oob=True))
 else:
     print("backline-transport-ucx: libucp's headers are missing (apt-get install libucx-dev); installing without "

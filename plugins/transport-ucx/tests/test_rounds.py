@@ -19,6 +19,7 @@ import pytest
 from backline_core import Controller, Coprocessor, Endpoint, Placement, Session
 from backline_core.deployment import deploy
 from backline_core.errors import BacklineError, KeyTakenError, PeerError, TransportError
+from backline_core.testing import ServeProcess, endpoint_config, free_port
 
 HOST = "127.0.0.1"
 TLS = ["shm", "tcp"]
@@ -27,40 +28,13 @@ STEANE = [0x00, 0x01, 0x10, 0x02, 0x40, 0x08, 0x20, 0x04]
 SLOW = 10000
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 def config(port: int, **extra: object) -> str:
-    extra = {"timeout_ms": SLOW, **extra}
-    return ";".join([f"host={HOST}", f"port={port}", *(f"{k}={v}" for k, v in extra.items())])
+    return endpoint_config(HOST, port, **{"timeout_ms": SLOW, **extra})
 
 
-class Serve:
-    """`backline coprocessor serve --transport ucx` in a child process (killed at exit)."""
-
-    def __init__(self, port: int, *fns: str, key: str = "dec", **extra: object) -> None:
-        cmd = [sys.executable, "-m", "backline_core.cli", "coprocessor", "serve", "--transport", "ucx", "--key", key,
-               "--config", config(port, **extra)]
-        for fn in fns or ("steane",):
-            cmd += ["--fn", fn]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if not line.startswith("ready"):
-            self.proc.wait(30)
-            raise AssertionError(f"serve did not start: {line!r} {self.proc.stderr.read()!r}")
-
-    def __enter__(self) -> Serve:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(30)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            stream.close()
+def serving(port: int, *fns: str, **extra: object) -> ServeProcess:
+    """`backline coprocessor serve --transport ucx` (steane unless `fns` say) in a child process."""
+    return ServeProcess("ucx", port, *(fns or ("steane",)), host=HOST, **{"timeout_ms": SLOW, **extra})
 
 
 def placement(port: int, tls: str, fn: str = "steane", **init_args: object) -> Placement:
@@ -72,12 +46,12 @@ def placement(port: int, tls: str, fn: str = "steane", **init_args: object) -> P
 
 @pytest.mark.parametrize("tls", TLS)
 def test_deploy_runs_every_steane_syndrome_and_variable_payloads_pipelined(tls: str) -> None:
-    with deploy(placement(free_port(), tls), in_bytes=1, out_bytes=1) as d:
+    with deploy(placement(free_port(HOST), tls), in_bytes=1, out_bytes=1) as d:
         s = d.session()
         assert [s.round(bytes([i & 7]))[0] for i in range(400)] == [STEANE[i & 7] for i in range(400)]
     # A small ring the coprocessor owns (the controller takes its geometry), payloads of every
     # length up to the slot, eight rounds in flight at once.
-    with deploy(placement(free_port(), tls, fn="echo", slots=8, slot_bytes=128), in_bytes=96, out_bytes=96) as d:
+    with deploy(placement(free_port(HOST), tls, fn="echo", slots=8, slot_bytes=128), in_bytes=96, out_bytes=96) as d:
         s = d.session()
         assert (s.geometry["slots"], s.geometry["slot_bytes"]) == (8, 128)
         for start in range(0, 97, 8):
@@ -90,8 +64,8 @@ def test_deploy_runs_every_steane_syndrome_and_variable_payloads_pipelined(tls: 
 
 @pytest.mark.parametrize("tls", TLS)
 def test_a_killed_coprocessor_fails_the_round_with_peer_error_not_the_deadline(tls: str) -> None:
-    port = free_port()
-    with Serve(port, tls=tls) as serve:
+    port = free_port(HOST)
+    with serving(port, tls=tls) as serve:
         s = Session.open("ucx", "controller", "dec", config=config(port, tls=tls, timeout_ms=60000), in_bytes=1,
                          out_bytes=1)
         try:
@@ -111,11 +85,11 @@ def test_a_killed_coprocessor_fails_the_round_with_peer_error_not_the_deadline(t
 
 @pytest.mark.parametrize("tls", TLS)
 def test_a_killed_controller_lets_the_next_one_in_and_it_continues_the_sequence(tls: str) -> None:
-    port = free_port()
+    port = free_port(HOST)
     code = ("import sys; from backline_core import Session; "
             f"s = Session.open('ucx', 'controller', 'dec', config={config(port, tls=tls)!r}, in_bytes=1, out_bytes=1); "
             "[s.round(b'\\x02') for _ in range(5)]; print('up', flush=True); sys.stdin.read()")
-    with Serve(port, tls=tls):
+    with serving(port, tls=tls):
         ctl = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             assert ctl.stdout.readline().strip() == "up"
@@ -192,16 +166,16 @@ def test_a_peer_that_is_not_a_ucx_coprocessor_is_a_clear_error(reply: bytes, say
 
 
 def test_a_controller_for_another_key_is_refused_with_the_key() -> None:
-    port = free_port()
-    with Serve(port, key="dec"):
+    port = free_port(HOST)
+    with serving(port, key="dec"):
         with pytest.raises(BacklineError) as info:
             Session.open("ucx", "controller", "other", config=config(port), in_bytes=1, out_bytes=1)
     assert "serves key 'dec', not 'other'" in str(info.value)
 
 
 def test_a_non_backline_client_on_the_coprocessors_port_is_dropped_and_it_keeps_serving() -> None:
-    port = free_port()
-    with Serve(port) as serve:
+    port = free_port(HOST)
+    with serving(port) as serve:
         with socket.create_connection((HOST, port)) as s:
             s.sendall(b"GET / HTTP/1.0\r\n\r\n")
             s.settimeout(30)
@@ -220,7 +194,7 @@ def test_a_non_backline_client_on_the_coprocessors_port_is_dropped_and_it_keeps_
 @pytest.mark.parametrize("value", ["udp", "SHM", "shm,tcp"])
 def test_an_unknown_tls_is_refused_by_name(value: str) -> None:
     with pytest.raises(BacklineError) as info:
-        Session.open("ucx", "controller", "dec", config=config(free_port(), tls=value), in_bytes=1, out_bytes=1)
+        Session.open("ucx", "controller", "dec", config=config(free_port(HOST), tls=value), in_bytes=1, out_bytes=1)
     assert f"tls={value}" in str(info.value) and "shm" in str(info.value) and "tcp" in str(info.value)
 
 
@@ -241,7 +215,7 @@ def test_a_coprocessor_in_the_controllers_process_is_refused() -> None:
     with pytest.raises(PlacementError) as info:
         resolve(Placement(controller=Controller(), transport="ucx",
                           coprocessors=[Coprocessor(name="dec", coprocessor_fn="echo", runs_in="thread",
-                                                    endpoint=Endpoint(host=HOST, port=free_port()))]))
+                                                    endpoint=Endpoint(host=HOST, port=free_port(HOST)))]))
     assert "thread" in str(info.value)
 
 
@@ -250,7 +224,7 @@ def test_the_ghz_demo_over_ucx_gives_the_samples_memcpy_gives() -> None:
     demo = pytest.importorskip("backline_compiler.demos.ghz_steane", reason="needs backline-compiler[frontend]")
     shots = 30
     over_ucx = demo.run(demo.device("default.clifford", noise=0.01, seed=7, transport="ucx", runs_in="process",
-                                    endpoint=Endpoint(host=HOST, port=free_port())), shots)
+                                    endpoint=Endpoint(host=HOST, port=free_port(HOST))), shots)
     in_thread = demo.run(demo.device("default.clifford", noise=0.01, seed=7), shots)
     assert over_ucx.samples.tolist() == in_thread.samples.tolist()
     assert over_ucx.rtt["steane-decoder"]["rounds"] == in_thread.rtt["steane-decoder"]["rounds"] > 0
@@ -264,7 +238,7 @@ def test_a_coprocessor_in_an_executor_answers_over_ucx() -> None:
     with orc.Executor.local() as ex:
         p = Placement(controller=Controller(init_args={"timeout_ms": SLOW}), transport="ucx",
                       coprocessors=[Coprocessor(name="dec", coprocessor_fn="steane", executor=ex,
-                                                endpoint=Endpoint(host=HOST, port=free_port()))])
+                                                endpoint=Endpoint(host=HOST, port=free_port(HOST)))])
         with deploy(p, in_bytes=1, out_bytes=1) as d:
             assert [d.session().round(bytes([i]))[0] for i in (1, 2, 7)] == [0x01, 0x10, 0x04]
 
@@ -278,7 +252,7 @@ def test_without_its_backend_resolution_says_what_to_install(monkeypatch: pytest
     with pytest.raises(TransportError) as info:
         resolve(Placement(controller=Controller(), transport="ucx",
                           coprocessors=[Coprocessor(name="nobackend", coprocessor_fn="echo", runs_in="process",
-                                                    endpoint=Endpoint(host=HOST, port=free_port()))]))
+                                                    endpoint=Endpoint(host=HOST, port=free_port(HOST)))]))
     assert "apt-get install libucx-dev" in str(info.value)
 
 

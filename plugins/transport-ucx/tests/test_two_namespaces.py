@@ -13,6 +13,8 @@ import uuid
 
 import pytest
 
+from backline_core.testing import ServeProcess
+
 ROUNDS = 2000
 PORT = 18600
 
@@ -45,7 +47,6 @@ def test_rounds_cross_two_network_namespaces_over_tcp() -> None:
     a, b = f"bl-ucx-a-{tag}", f"bl-ucx-b-{tag}"
     host_a, host_b = "10.203.0.1", "10.203.0.2"
     made: list[str] = []
-    serve = None
     try:
         for ns in (a, b):
             ip("netns", "add", ns)
@@ -57,27 +58,16 @@ def test_rounds_cross_two_network_namespaces_over_tcp() -> None:
             ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
             ip("-n", ns, "link", "set", dev, "up")
             ip("-n", ns, "link", "set", "lo", "up")
-        serve = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-m", "backline_core.cli", "coprocessor",
-                                  "serve", "--transport", "ucx", "--key", "dec", "--fn", "steane", "--config",
-                                  f"host={host_b};port={PORT};tls=tcp"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = serve.stdout.readline()
-        assert line.startswith("ready"), f"{line!r} {serve.stderr.read() if serve.poll() is not None else ''}"
-        code = CONTROLLER.format(host=host_b, port=PORT, rounds=ROUNDS)
-        ctl = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=300)
+        with ServeProcess("ucx", PORT, "steane", host=host_b, wrapper=["ip", "netns", "exec", b], tls="tcp"):
+            code = CONTROLLER.format(host=host_b, port=PORT, rounds=ROUNDS)
+            ctl = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", code], capture_output=True,
+                                 text=True, timeout=300)
         print(ctl.stdout)
         assert ctl.returncode == 0, ctl.stdout + ctl.stderr
         assert "two-namespace rounds ok" in ctl.stdout
         # The controller's namespace cannot reach the coprocessor's loopback: only the veth joins them.
         assert "UCX transports: tcp/va" in ctl.stderr, ctl.stderr
     finally:
-        if serve is not None:
-            if serve.poll() is None:
-                serve.kill()
-            serve.wait(30)
-            for stream in (serve.stdout, serve.stderr):
-                stream.close()
         for ns in made:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout

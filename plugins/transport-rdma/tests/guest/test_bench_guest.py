@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from backline_core.errors import DeadlineError, PeerError
+from backline_core.testing import ServeProcess, free_port
 from backline_transport_rdma import floor
 
 pytestmark = pytest.mark.usefixtures("rdma_device")
@@ -100,19 +101,9 @@ def test_a_stopped_responder_ends_the_round_at_its_deadline() -> None:
     assert gone(pid), "a stopped responder outlived its Floor"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_framework_coprocessor_on_the_port_is_refused_clearly() -> None:
-    port = free_port()
-    serve = subprocess.Popen([sys.executable, "-m", "backline_core.cli", "coprocessor", "serve", "--transport", "rdma",
-                              "--key", "dec", "--fn", "steane", "--config", f"host={HOST};port={port}"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert serve.stdout.readline().startswith("ready")
+    port = free_port(HOST)
+    with ServeProcess("rdma", port, "steane", host=HOST):
         ffi, lib = floor.native()
         err = ffi.new("char[]", lib.BL_RDMA_FLOOR_ERROR_BYTES)
         out = ffi.new("bl_rdma_floor **")
@@ -120,9 +111,6 @@ def test_a_framework_coprocessor_on_the_port_is_refused_clearly() -> None:
         text = ffi.string(err).decode()
         assert rc < 0 and out[0] == ffi.NULL
         assert "floor" in text and "Backline rdma coprocessor" in text, text
-    finally:
-        serve.kill()
-        serve.wait(30)
 
 
 def test_the_responder_refuses_a_framework_controller_and_keeps_waiting() -> None:
@@ -185,7 +173,7 @@ def test_bench_rdma_prints_framework_floor_and_perftest(extra, tmp_path) -> None
 def test_bench_against_a_bench_peer_runs_with_nothing_started_here(tmp_path) -> None:
     # The two-host mode on one host: the peer serves the coprocessor and the floor's responder,
     # the bench starts neither. (test_two_guests.py runs it across two guests.)
-    port = free_port()
+    port = free_port(HOST)
     peer = subprocess.Popen([sys.executable, "-m", "backline_core.cli", "rdma", "bench-peer", "--host", HOST,
                              "--port", str(port), "--fn", "steane", "--cpu", "none", "--floor-cpu", "none",
                              "--duration", str(BENCH_TIMEOUT_S)],

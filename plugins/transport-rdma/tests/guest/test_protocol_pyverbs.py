@@ -15,11 +15,9 @@ from __future__ import annotations
 import ipaddress
 import os
 import random
-import select
 import socket
 import struct
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ import pytest
 
 from backline_core import Session
 from backline_core.native import lib
+from backline_core.testing import ServeProcess, free_port
 from backline_transport_rdma.devices import PyverbsUnavailable, load_pyverbs
 
 pytestmark = pytest.mark.usefixtures("rdma_device")
@@ -303,29 +302,14 @@ class Coprocessor:
         return f"host={HOST};port={self.port}"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def coprocessor(pyverbs: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coprocessor]:
-    port = free_port()
+    port = free_port(HOST)
     stderr = tmp_path_factory.mktemp("rdma") / "coprocessor.stderr"
-    with open(stderr, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "backline_core.cli", "coprocessor", "serve", "--transport", "rdma",
-                                 "--key", KEY, "--fn", "steane", "--config", f"host={HOST};port={port}"],
-                                stdout=subprocess.PIPE, stderr=err, text=True)
-    try:
-        ready, _, _ = select.select([proc.stdout], [], [], START_S)
-        line = proc.stdout.readline() if ready else ""
-        assert line.startswith(f"ready key={KEY} "), (line, proc.poll(), stderr.read_text())
-        yield Coprocessor(proc, port, stderr)
-    finally:
-        proc.kill()
-        proc.wait(timeout=STEP_S)
-        proc.stdout.close()
+    with open(stderr, "w") as err, ServeProcess("rdma", port, "steane", key=KEY, host=HOST, stderr=err,
+                                                start_timeout=START_S) as serve:
+        assert serve.ready.startswith(f"ready key={KEY} "), (serve.ready, stderr.read_text())
+        yield Coprocessor(serve.proc, port, stderr)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import pytest
 from backline_core import Controller, Coprocessor, Endpoint, Placement, Session
 from backline_core.deployment import deploy
 from backline_core.errors import BacklineError, KeyTakenError, PeerError, PlacementError, TransportError
+from backline_core.testing import ServeProcess, endpoint_config, free_port
 
 pytestmark = pytest.mark.usefixtures("rdma_device")
 
@@ -28,38 +29,13 @@ HOST = "127.0.0.1"
 SLOW = 10000
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 def config(port: int, **extra: object) -> str:
-    extra = {"timeout_ms": SLOW, **extra}
-    return ";".join([f"host={HOST}", f"port={port}", *(f"{k}={v}" for k, v in extra.items())])
+    return endpoint_config(HOST, port, **{"timeout_ms": SLOW, **extra})
 
 
-class Serve:
-    """`backline coprocessor serve --transport rdma` in a child process (killed at exit)."""
-
-    def __init__(self, port: int, *fns: str, key: str = "dec", **extra: object) -> None:
-        cmd = [sys.executable, "-m", "backline_core.cli", "coprocessor", "serve", "--transport", "rdma", "--key", key,
-               "--config", config(port, **extra)]
-        for fn in fns or ("steane",):
-            cmd += ["--fn", fn]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if not line.startswith("ready"):
-            self.proc.wait(30)
-            raise AssertionError(f"serve did not start: {line!r} {self.proc.stderr.read()!r}")
-
-    def __enter__(self) -> Serve:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(30)
+def serving(port: int, *fns: str, **extra: object) -> ServeProcess:
+    """`backline coprocessor serve --transport rdma` (steane unless `fns` say) in a child process."""
+    return ServeProcess("rdma", port, *(fns or ("steane",)), host=HOST, **{"timeout_ms": SLOW, **extra})
 
 
 def placement(port: int, fn: str = "steane", **init_args: object) -> Placement:
@@ -70,7 +46,7 @@ def placement(port: int, fn: str = "steane", **init_args: object) -> Placement:
 
 def test_deploy_runs_every_steane_syndrome_and_variable_echo_payloads_pipelined() -> None:
     t0 = time.perf_counter()
-    with deploy(placement(free_port()), in_bytes=1, out_bytes=1) as d:
+    with deploy(placement(free_port(HOST)), in_bytes=1, out_bytes=1) as d:
         s = d.session()
         first = s.round(bytes([0b010]))
         print(f"placement to first round: {time.perf_counter() - t0:.2f} s")
@@ -79,7 +55,7 @@ def test_deploy_runs_every_steane_syndrome_and_variable_echo_payloads_pipelined(
         assert [s.round(bytes([i]))[0] for i in range(8)] == table
     # A small ring the coprocessor owns (the controller takes its geometry), payloads of every
     # length up to the slot, eight rounds in flight at once.
-    with deploy(placement(free_port(), fn="echo", slots=8, slot_bytes=128), in_bytes=96, out_bytes=96) as d:
+    with deploy(placement(free_port(HOST), fn="echo", slots=8, slot_bytes=128), in_bytes=96, out_bytes=96) as d:
         s = d.session()
         assert (s.geometry["slots"], s.geometry["slot_bytes"]) == (8, 128)
         for start in range(0, 97, 8):
@@ -91,8 +67,8 @@ def test_deploy_runs_every_steane_syndrome_and_variable_echo_payloads_pipelined(
 
 
 def test_a_killed_coprocessor_fails_the_round_with_peer_error_well_within_the_deadline() -> None:
-    port = free_port()
-    with Serve(port) as serve:
+    port = free_port(HOST)
+    with serving(port) as serve:
         s = Session.open("rdma", "controller", "dec", config=config(port, timeout_ms=60000), in_bytes=1,
                          out_bytes=1)
         try:
@@ -111,11 +87,11 @@ def test_a_killed_coprocessor_fails_the_round_with_peer_error_well_within_the_de
 
 
 def test_a_killed_controller_lets_the_next_one_in_and_it_continues_the_sequence() -> None:
-    port = free_port()
+    port = free_port(HOST)
     code = ("import sys; from backline_core import Session; "
             f"s = Session.open('rdma', 'controller', 'dec', config={config(port)!r}, in_bytes=1, out_bytes=1); "
             "[s.round(b'\\x02') for _ in range(5)]; print('up', flush=True); sys.stdin.read()")
-    with Serve(port):
+    with serving(port):
         ctl = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             assert ctl.stdout.readline().strip() == "up"
@@ -154,7 +130,7 @@ def test_a_busy_port_is_a_clear_error() -> None:
 ])
 def test_a_wrong_device_port_or_gid_lists_what_exists(extra: dict[str, object], words: list[str]) -> None:
     with pytest.raises(BacklineError) as info:
-        Session.open("rdma", "controller", "dec", config=config(free_port(), **extra), in_bytes=1, out_bytes=1)
+        Session.open("rdma", "controller", "dec", config=config(free_port(HOST), **extra), in_bytes=1, out_bytes=1)
     for word in words:
         assert word in str(info.value)
     with pytest.raises(PlacementError) as info:  # and resolution says so before anything starts
@@ -162,7 +138,7 @@ def test_a_wrong_device_port_or_gid_lists_what_exists(extra: dict[str, object], 
 
         resolve(Placement(controller=Controller(init_args=extra), transport="rdma",
                           coprocessors=[Coprocessor(name="dec", coprocessor_fn="steane", runs_in="process",
-                                                    endpoint=Endpoint(host=HOST, port=free_port()))]))
+                                                    endpoint=Endpoint(host=HOST, port=free_port(HOST)))]))
     assert words[0] in str(info.value)
 
 
@@ -171,7 +147,7 @@ def test_the_ghz_demo_over_rdma_gives_the_samples_memcpy_gives() -> None:
     demo = pytest.importorskip("backline_compiler.demos.ghz_steane", reason="needs backline-compiler[frontend]")
     shots = 30
     over_rdma = demo.run(demo.device("default.clifford", noise=0.01, seed=7, transport="rdma", runs_in="process",
-                                     endpoint=Endpoint(host=HOST, port=free_port())), shots)
+                                     endpoint=Endpoint(host=HOST, port=free_port(HOST))), shots)
     in_thread = demo.run(demo.device("default.clifford", noise=0.01, seed=7), shots)
     assert over_rdma.samples.tolist() == in_thread.samples.tolist()
     assert over_rdma.rtt["steane-decoder"]["rounds"] == in_thread.rtt["steane-decoder"]["rounds"] > 0
@@ -185,6 +161,6 @@ def test_a_coprocessor_in_an_executor_answers_over_rdma() -> None:
     with orc.Executor.local() as ex:
         p = Placement(controller=Controller(init_args={"timeout_ms": SLOW}), transport="rdma",
                       coprocessors=[Coprocessor(name="dec", coprocessor_fn="steane", executor=ex,
-                                                endpoint=Endpoint(host=HOST, port=free_port()))])
+                                                endpoint=Endpoint(host=HOST, port=free_port(HOST)))])
         with deploy(p, in_bytes=1, out_bytes=1) as d:
             assert [d.session().round(bytes([i]))[0] for i in (1, 2, 7)] == [0x01, 0x10, 0x04]

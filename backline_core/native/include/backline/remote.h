@@ -1,0 +1,138 @@
+/*
+ * backline/remote.h -- the control plane of a coprocessor in another process or on another
+ * host, for transports whose data path is their own (rdma: queue pairs; ucx: UCX endpoints).
+ * Like backline/oob.h, on which it is built, it is not part of the ABI: a plugin compiles
+ * backline_core/native/src/remote.c into its own library (plain_library(..., oob=True)),
+ * private to it, so every networked transport speaks the same handshake one way.
+ *
+ * What it does for a transport (one `bl_remote` embedded in the transport's state):
+ *   open       the keys host, port, cpu, rt_priority, connect_timeout_ms, timeout_ms; the role,
+ *              runs_in and host ABI checks (bl_remote_open).
+ *   controller dial + HELLO + OFFER (bl_remote_dial), CONNECT + READY (bl_remote_connect), the
+ *              rings seeded with the rounds served before (bl_remote_establish), and whether the
+ *              coprocessor's connection is still open (bl_remote_alive).
+ *   coprocessor listen (bl_remote_listen); start (bl_remote_start): the poller thread, which
+ *              serves the session, pinned and SCHED_FIFO as configured, and the acceptor thread,
+ *              which takes one controller at a time through the transport's link callbacks and
+ *              hands its link to the poller (bl_remote_take); bl_remote_stop / bl_remote_close.
+ *
+ * The handshake (docs/rdma.md, docs/ucx.md, "Handshake"): backline/oob.h's 12-byte header with
+ * the transport's magic and version, then a fixed-size big-endian body:
+ *   HELLO   (1) abi u32 | key[BL_KEY_MAX_LEN], NUL-padded | reserved u32
+ *   OFFER   (2) status u32 | slots u32 | slot_bytes u32 | rounds served u64 | peer part | text[160]
+ *   CONNECT (3) peer part
+ *   READY   (4) status u32 | text[160]
+ * The peer part (peer_bytes) is the transport's: what the other side needs to reach this one.
+ * A connection stays open for the session's life: its closing tells each side the other has
+ * gone, and the coprocessor then takes the next controller, which continues the round sequence.
+ */
+#ifndef BACKLINE_REMOTE_H
+#define BACKLINE_REMOTE_H
+
+#include <backline/backline.h>
+#include <backline/oob.h>
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define BL_REMOTE_TEXT_BYTES 160u /* a refusal's text in OFFER and READY */
+/* The configuration keys bl_remote_open reads that a backend lists in its config_keys
+ * (connect_timeout_ms and timeout_ms are the core's own). */
+#define BL_REMOTE_CONFIG_KEYS "host", "port", "cpu", "rt_priority"
+
+/* One transport's handshake. */
+typedef struct bl_remote_protocol {
+    const char *transport; /* "rdma": in errors and notes, and `backline-transport-rdma` */
+    uint32_t magic;        /* of every message header: "BLRD" is 0x424c5244 */
+    uint16_t version;      /* of the handshake */
+    uint32_t peer_bytes;   /* the peer part of OFFER and CONNECT */
+    /* What the coprocessor does with CONNECT's peer part, for the controller's error when
+     * READY says it failed: "connect its queue pair to this one". */
+    const char *accepting;
+} bl_remote_protocol;
+
+/* A coprocessor's links, one per controller, made and connected on the acceptor thread and
+ * used on the poller thread once bl_remote_take has handed them over. `arg` is bl_remote_open's. */
+typedef struct bl_remote_links {
+    /* A link for the next controller, writing this side's peer part (peer_bytes) for its OFFER;
+     * NULL with *rc and err set: the controller is refused with them. */
+    void *(*create)(void *arg, uint8_t *peer, int32_t *rc, char *err, size_t n);
+    /* Connect `link` to the controller's peer part from CONNECT. A failure goes back to the
+     * controller in READY, with its status and err. */
+    int32_t (*accept)(void *arg, void *link, const uint8_t *peer, char *err, size_t n);
+    /* Free a link that never reached the poller (its handshake failed, its controller left
+     * before a round, or the session closed). Links the poller took are the transport's. */
+    void (*destroy)(void *arg, void *link);
+} bl_remote_links;
+
+typedef struct bl_remote {
+    const bl_remote_protocol *proto;
+    const bl_remote_links *links;
+    void *arg;
+    int role, runs_in;
+    char key[BL_KEY_MAX_LEN + 1];
+    const bl_host_api *host;
+    bl_session *session;
+    uint32_t slots, slot_bytes; /* a controller's become the coprocessor's at bl_remote_dial */
+    /* configuration */
+    char host_name[256];
+    int port, cpu, rt_priority;
+    uint64_t connect_timeout_ns, timeout_ns;
+    uint8_t *rings[2]; /* request ring, reply ring (bl_remote_establish) */
+    /* controller: the connection to its coprocessor */
+    int fd;
+    uint64_t base; /* rounds the coprocessor had served when this controller connected */
+    /* coprocessor */
+    int listen_fd, stop_fd, ctl_fd; /* ctl_fd: the current controller's connection */
+    void *next_link;                /* published by the acceptor, taken by the poller */
+    pthread_t poller, acceptor;
+    int poller_running, acceptor_running, stopping;
+    char applied[256]; /* what start applied to the poller thread (pinning, SCHED_FIFO) */
+} bl_remote;
+
+/* From a backend's open: the checks and keys above into r (which needs no other set-up and
+ * holds nothing to free if this fails). Errors name proto->transport. */
+int32_t bl_remote_open(bl_remote *r, const bl_remote_protocol *proto, const bl_remote_links *links, void *arg,
+                       const bl_open_args *a, char *err, size_t n);
+/* A line on stderr: "backline-transport-rdma: coprocessor 'dec': ...". */
+void bl_remote_note(const bl_remote *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Controller: dial the coprocessor (again, when a connect is retried), send HELLO and read its
+ * OFFER. A refusal is an error with the coprocessor's status and text. Its ring geometry
+ * becomes r->slots and r->slot_bytes, what it has served r->base, and its peer part is copied
+ * into peer (peer_bytes). */
+int32_t bl_remote_dial(bl_remote *r, uint64_t deadline, uint8_t *peer, char *err, size_t n);
+/* Controller: send CONNECT with this side's peer part and wait for READY. */
+int32_t bl_remote_connect(bl_remote *r, const uint8_t *peer, uint64_t deadline, char *err, size_t n);
+/* Controller, from peer_alive: 0 (with the host's error_text set) once the coprocessor's
+ * connection has closed, else 1. */
+int bl_remote_alive(const bl_remote *r);
+
+/* Both roles, from establish_channel: the rings (this side's memory) and geometry into ch,
+ * with ch->impl = impl; the transport sets its hooks. A controller's rings show what a shared
+ * ring would after the last controller's rounds, so the core numbers its rounds from
+ * base + 1, as the coprocessor expects. Returns the frames already counted in this side's
+ * receive ring: the base for a controller, 0 for a coprocessor. */
+uint64_t bl_remote_establish(bl_remote *r, bl_channel *ch, uint8_t *request_ring, uint8_t *reply_ring, void *impl);
+
+/* Coprocessor, from connect: listen on the endpoint (once). */
+int32_t bl_remote_listen(bl_remote *r, char *err, size_t n);
+/* Coprocessor, from start (a controller: nothing): the poller and acceptor threads. */
+int32_t bl_remote_start(bl_remote *r, char *err, size_t n);
+/* Both roles, from stop: join the threads (the core has set the poller's stop flag) and
+ * close a controller's connection, which lets the next controller in at once. */
+void bl_remote_stop(bl_remote *r);
+/* From close, before the transport frees what its links use: stop, destroy a link no poller
+ * took, close the sockets. */
+void bl_remote_close(bl_remote *r);
+
+/* Coprocessor, on the poller thread (per round: inline, one load when nothing is new): the
+ * link of a controller that has just been admitted, or NULL. The transport then frees the
+ * link it had, here, on the thread that used it. */
+static inline void *bl_remote_take(bl_remote *r) {
+    if (__builtin_expect(__atomic_load_n(&r->next_link, __ATOMIC_ACQUIRE) == NULL, 1)) return NULL;
+    return __atomic_exchange_n(&r->next_link, NULL, __ATOMIC_ACQ_REL);
+}
+
+#endif

@@ -1,0 +1,444 @@
+/* The control plane of a coprocessor in another process or on another host (see backline/remote.h). */
+#define _GNU_SOURCE
+#include <backline/backline.h>
+#include <backline/oob.h>
+#include <backline/remote.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum { HS_HELLO = 1, HS_OFFER = 2, HS_CONNECT = 3, HS_READY = 4 };
+#define TEXT_BYTES BL_REMOTE_TEXT_BYTES
+#define HELLO_BYTES (4u + BL_KEY_MAX_LEN + 4u)
+#define OFFER_HEAD 20u /* status, slots, slot_bytes, rounds served; then the peer part and the text */
+#define READY_BYTES (4u + TEXT_BYTES)
+/* A controller sends its HELLO as soon as it has connected; a peer that does not is dropped
+ * soon, since handshakes are taken one at a time and the next controller waits behind it. */
+#define HELLO_WAIT_NS 3000000000ull
+
+/* ---- handshake messages ---- */
+
+static uint32_t body_bytes(const bl_remote *r, uint16_t type) {
+    switch (type) {
+    case HS_HELLO: return HELLO_BYTES;
+    case HS_OFFER: return OFFER_HEAD + r->proto->peer_bytes + TEXT_BYTES;
+    case HS_CONNECT: return r->proto->peer_bytes;
+    case HS_READY: return READY_BYTES;
+    default: return 0;
+    }
+}
+
+static const char *msg_name(uint16_t type) {
+    static const char *const names[] = {"?", "HELLO", "OFFER", "CONNECT", "READY"};
+    return type <= HS_READY ? names[type] : "?";
+}
+
+static int32_t send_msg(const bl_remote *r, int fd, uint16_t type, const uint8_t *body, uint64_t deadline, char *err,
+                        size_t n) {
+    return bl_oob_send_msg(fd, r->proto->magic, r->proto->version, type, body, body_bytes(r, type), deadline, err, n);
+}
+
+/* Receive a message of `type` into body: a peer that is not this transport's, or speaks
+ * another version of its handshake, is refused with what it sent. */
+static int32_t recv_msg(const bl_remote *r, int fd, uint16_t type, uint8_t *body, uint64_t deadline, const char *who,
+                        char *err, size_t n) {
+    const bl_remote_protocol *p = r->proto;
+    bl_oob_header h;
+    char why[256];
+    int32_t rc = bl_oob_recv_header(fd, &h, deadline, why, sizeof why);
+    if (rc) return bl_oob_fail(err, n, rc, "%s: no %s message (%s)", who, msg_name(type), why);
+    if (h.magic != p->magic) {
+        uint8_t m[4];
+        char magic[24];
+        bl_oob_put32(m, p->magic);
+        bl_oob_printable(m, sizeof m, magic, sizeof magic);
+        return bl_oob_fail(err, n, BL_EPEER, "%s is not a Backline %s peer: it sent \"%s\" where a handshake starts "
+                           "with \"%s\"", who, p->transport, h.text, magic);
+    }
+    if (h.version != p->version)
+        return bl_oob_fail(err, n, BL_EABI, "%s speaks version %u of the %s handshake, this side version %u; run both "
+                           "sides from the same backline-transport-%s", who, h.version, p->transport, p->version,
+                           p->transport);
+    if (h.type != type || h.body_bytes != body_bytes(r, type))
+        return bl_oob_fail(err, n, BL_EPEER, "%s sent a %s message of %u bytes where a %s of %u was due", who,
+                           msg_name(h.type), h.body_bytes, msg_name(type), body_bytes(r, type));
+    rc = bl_oob_recv_all(fd, body, body_bytes(r, type), deadline, why, sizeof why);
+    if (rc) return bl_oob_fail(err, n, rc, "%s: truncated %s message (%s)", who, msg_name(type), why);
+    return BL_OK;
+}
+
+static void put_text(uint8_t *p, const char *text) {
+    memset(p, 0, TEXT_BYTES);
+    if (text) memcpy(p, text, strnlen(text, TEXT_BYTES - 1)); /* cut to fit; NUL-padded */
+}
+
+/* A peer's text, made printable (it may be anything). */
+static void get_text(const uint8_t *p, char *out, size_t n) {
+    char t[TEXT_BYTES + 1];
+    memcpy(t, p, TEXT_BYTES);
+    t[TEXT_BYTES] = 0;
+    bl_oob_printable((const uint8_t *)t, strlen(t), out, n);
+}
+
+void bl_remote_note(const bl_remote *r, const char *fmt, ...) {
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "backline-transport-%s: %s '%s': %s\n", r->proto->transport,
+            r->role == BL_CONTROLLER ? "controller" : "coprocessor", r->key, text);
+}
+
+/* ---- open: configuration only ---- */
+
+int32_t bl_remote_open(bl_remote *r, const bl_remote_protocol *proto, const bl_remote_links *links, void *arg,
+                       const bl_open_args *a, char *err, size_t n) {
+    memset(r, 0, sizeof *r);
+    r->fd = r->listen_fd = r->stop_fd = r->ctl_fd = -1;
+    r->proto = proto;
+    r->links = links;
+    r->arg = arg;
+    const char *t = proto->transport;
+    const bl_host_api *h = a->host;
+    if (!h || h->abi_version < 3)
+        return bl_oob_fail(err, n, BL_EABI, "this backend needs Backline ABI 3 (a host with error_text)");
+    if (OFFER_HEAD + proto->peer_bytes + TEXT_BYTES > BL_OOB_MAX_BODY)
+        return bl_oob_fail(err, n, BL_EINVAL, "%s: a peer part of %u bytes makes an OFFER longer than the %u a handshake "
+                           "message may have", t, proto->peer_bytes, BL_OOB_MAX_BODY);
+    if (a->role == BL_COPROCESSOR && a->runs_in != BL_RUNS_PROCESS)
+        return bl_oob_fail(err, n, BL_EINVAL, "%s joins processes (on this or another machine): a coprocessor in the "
+                           "controller's own process has nothing to send over; run it in a process or an executor, or "
+                           "use memcpy", t);
+    if (a->role == BL_CONTROLLER && a->runs_in != BL_RUNS_PROCESS && a->runs_in != BL_RUNS_ANY)
+        return bl_oob_fail(err, n, BL_EINVAL, "%s reaches coprocessors in other processes; this controller expects one "
+                           "in its own process", t);
+    r->role = a->role;
+    r->runs_in = a->runs_in;
+    snprintf(r->key, sizeof r->key, "%s", a->key);
+    r->host = h;
+    r->session = a->session;
+    r->slots = a->slots;
+    r->slot_bytes = a->slot_bytes;
+    const char *host = h->config_str(a->session, "host");
+    if (!host || !h->config_str(a->session, "port"))
+        return bl_oob_fail(err, n, BL_EINVAL, "%s needs the coprocessor's endpoint (keys host and port): give the "
+                           "coprocessor endpoint=Endpoint(host=..., port=...)", t);
+    if (strlen(host) >= sizeof r->host_name)
+        return bl_oob_fail(err, n, BL_EINVAL, "host=%.40s...: longer than %zu characters", host, sizeof r->host_name - 1);
+    snprintf(r->host_name, sizeof r->host_name, "%s", host);
+    int64_t v;
+    int32_t rc;
+    if ((rc = h->config_int(a->session, "port", 1, 65535, 0, &v, err, n))) return rc;
+    r->port = (int)v;
+    if ((rc = h->config_int(a->session, "cpu", -1, CPU_SETSIZE - 1, -1, &v, err, n))) return rc;
+    r->cpu = (int)v;
+    if ((rc = h->config_int(a->session, "rt_priority", 0, 99, 0, &v, err, n))) return rc;
+    r->rt_priority = (int)v;
+    if ((rc = h->config_int(a->session, "connect_timeout_ms", 1, BL_MAX_TIMEOUT_MS, BL_DEFAULT_CONNECT_TIMEOUT_MS, &v,
+                            err, n)))
+        return rc;
+    r->connect_timeout_ns = (uint64_t)v * 1000000ull;
+    if ((rc = h->config_int(a->session, "timeout_ms", 1, BL_MAX_TIMEOUT_MS, BL_DEFAULT_TIMEOUT_MS, &v, err, n)))
+        return rc;
+    r->timeout_ns = (uint64_t)v * 1000000ull;
+    return BL_OK;
+}
+
+/* ---- controller ---- */
+
+int32_t bl_remote_dial(bl_remote *r, uint64_t deadline, uint8_t *peer, char *err, size_t n) {
+    if (r->fd >= 0) close(r->fd); /* a retried connect dials again */
+    r->fd = -1;
+    int32_t rc = bl_oob_dial(r->host_name, r->port, deadline, r->proto->transport, &r->fd, err, n);
+    if (rc) return rc;
+    char who[300];
+    snprintf(who, sizeof who, "the peer at %s:%d", r->host_name, r->port);
+    uint8_t hello[HELLO_BYTES] = {0}, offer[BL_OOB_MAX_BODY];
+    bl_oob_put32(hello, BACKLINE_ABI_VERSION);
+    memcpy(hello + 4, r->key, strlen(r->key));
+    if ((rc = send_msg(r, r->fd, HS_HELLO, hello, deadline, err, n))) return rc;
+    if ((rc = recv_msg(r, r->fd, HS_OFFER, offer, deadline, who, err, n))) return rc;
+    int32_t status = (int32_t)bl_oob_get32(offer);
+    if (status != BL_OK) {
+        char text[TEXT_BYTES * 4];
+        get_text(offer + OFFER_HEAD + r->proto->peer_bytes, text, sizeof text);
+        return bl_oob_fail(err, n, status == BL_EBUSY || status == BL_ENOTFOUND || status == BL_EABI ? status : BL_EPEER,
+                           "the coprocessor at %s:%d refused this controller: %s", r->host_name, r->port, text);
+    }
+    uint32_t slots = bl_oob_get32(offer + 4), slot_bytes = bl_oob_get32(offer + 8);
+    if (!slots || slots > BL_MAX_SLOTS || (slots & (slots - 1)) || slot_bytes < BL_SLOT_ALIGN ||
+        slot_bytes > BL_MAX_SLOT_BYTES || slot_bytes % BL_SLOT_ALIGN)
+        return bl_oob_fail(err, n, BL_EPEER, "%s offered an impossible ring (slots=%u slot_bytes=%u)", who, slots,
+                           slot_bytes);
+    r->slots = slots; /* the coprocessor owns the geometry, as a memcpy coprocessor owns its region */
+    r->slot_bytes = slot_bytes;
+    r->base = bl_oob_get64(offer + 12);
+    memcpy(peer, offer + OFFER_HEAD, r->proto->peer_bytes);
+    return BL_OK;
+}
+
+int32_t bl_remote_connect(bl_remote *r, const uint8_t *peer, uint64_t deadline, char *err, size_t n) {
+    char who[300];
+    snprintf(who, sizeof who, "the coprocessor at %s:%d", r->host_name, r->port);
+    uint8_t ready[READY_BYTES];
+    int32_t rc;
+    if ((rc = send_msg(r, r->fd, HS_CONNECT, peer, deadline, err, n))) return rc;
+    if ((rc = recv_msg(r, r->fd, HS_READY, ready, deadline, who, err, n))) return rc;
+    if ((int32_t)bl_oob_get32(ready) != BL_OK) {
+        char text[TEXT_BYTES * 4];
+        get_text(ready + 4, text, sizeof text);
+        return bl_oob_fail(err, n, BL_EPEER, "%s could not %s: %s", who, r->proto->accepting, text);
+    }
+    return BL_OK;
+}
+
+int bl_remote_alive(const bl_remote *r) {
+    if (!bl_oob_peer_closed(r->fd)) return 1;
+    char text[400];
+    snprintf(text, sizeof text, "its connection from %s:%d closed (the coprocessor exited or was killed)", r->host_name,
+             r->port);
+    r->host->error_text(text);
+    return 0;
+}
+
+uint64_t bl_remote_establish(bl_remote *r, bl_channel *ch, uint8_t *request_ring, uint8_t *reply_ring, void *impl) {
+    r->rings[0] = ch->request_ring = request_ring;
+    r->rings[1] = ch->reply_ring = reply_ring;
+    ch->slots = r->slots;
+    ch->slot_bytes = r->slot_bytes;
+    ch->impl = impl;
+    if (r->role != BL_CONTROLLER || !r->base) return 0;
+    uint32_t slot = (uint32_t)((r->base - 1) & (r->slots - 1));
+    for (int which = 0; which < 2; ++which)
+        __atomic_store_n((uint64_t *)(r->rings[which] + (size_t)slot * r->slot_bytes), r->base, __ATOMIC_RELEASE);
+    return r->base;
+}
+
+/* ---- coprocessor ---- */
+
+int32_t bl_remote_listen(bl_remote *r, char *err, size_t n) {
+    if (r->listen_fd >= 0) return BL_OK;
+    return bl_oob_listen(r->host_name, r->port, &r->listen_fd, err, n);
+}
+
+/* The highest sequence number in ring `which`. */
+static uint64_t highest(const bl_remote *r, int which) {
+    uint64_t top = 0;
+    for (uint32_t i = 0; i < r->slots; ++i) {
+        uint64_t s = __atomic_load_n((uint64_t *)(r->rings[which] + (size_t)i * r->slot_bytes), __ATOMIC_ACQUIRE);
+        if (s > top) top = s;
+    }
+    return top;
+}
+
+/* Refuse a controller with a reason it can show (best effort: it may have gone), and hang up. */
+static void refuse(const bl_remote *r, int fd, int32_t status, const char *text, uint64_t deadline) {
+    uint8_t offer[BL_OOB_MAX_BODY] = {0};
+    char ignored[64];
+    bl_oob_put32(offer, (uint32_t)status);
+    put_text(offer + OFFER_HEAD + r->proto->peer_bytes, text);
+    send_msg(r, fd, HS_OFFER, offer, deadline, ignored, sizeof ignored);
+    close(fd);
+}
+
+/* Whether the controller of this HELLO may be served; if not it is refused. */
+static int welcome(bl_remote *r, int fd, const uint8_t *hello, uint64_t deadline) {
+    char key[BL_KEY_MAX_LEN + 1], text[TEXT_BYTES];
+    memcpy(key, hello + 4, BL_KEY_MAX_LEN);
+    key[BL_KEY_MAX_LEN] = 0;
+    uint32_t abi = bl_oob_get32(hello);
+    if (abi != BACKLINE_ABI_VERSION) {
+        snprintf(text, sizeof text, "the controller is Backline ABI %u, this coprocessor ABI %d", abi,
+                 BACKLINE_ABI_VERSION);
+        refuse(r, fd, BL_EABI, text, deadline);
+        return 0;
+    }
+    if (strcmp(key, r->key)) {
+        snprintf(text, sizeof text, "this port serves key '%s', not '%.64s'", r->key, key);
+        refuse(r, fd, BL_ENOTFOUND, text, deadline);
+        return 0;
+    }
+    if (r->ctl_fd >= 0 && !bl_oob_peer_closed(r->ctl_fd)) {
+        refuse(r, fd, BL_EBUSY, "another controller holds this coprocessor; one controller at a time", deadline);
+        return 0;
+    }
+    return 1;
+}
+
+/* One controller's handshake, on the acceptor thread. On success its link is published for
+ * the poller and fd stays open as r->ctl_fd (its closing tells us the controller has gone). */
+static void admit(bl_remote *r, int fd) {
+    const bl_remote_links *L = r->links;
+    uint64_t now = bl_oob_now_ns();
+    uint64_t deadline = now + r->connect_timeout_ns;
+    uint64_t hello_by = now + (r->connect_timeout_ns < HELLO_WAIT_NS ? r->connect_timeout_ns : HELLO_WAIT_NS);
+    char err[512], ignored[64];
+    uint8_t hello[HELLO_BYTES], offer[BL_OOB_MAX_BODY] = {0}, body[BL_OOB_MAX_BODY], ready[READY_BYTES] = {0};
+    int32_t rc = recv_msg(r, fd, HS_HELLO, hello, hello_by, "a peer", err, sizeof err);
+    if (rc) {
+        if (rc == BL_EABI) refuse(r, fd, BL_EABI, err, deadline); /* a Backline peer of another version: tell it */
+        else close(fd);
+        bl_remote_note(r, "refused a connection: %s", err);
+        return;
+    }
+    if (!welcome(r, fd, hello, deadline)) return;
+    /* Every request the last controller got in must be answered before the next one numbers
+     * its rounds after them. */
+    uint64_t served;
+    while ((served = highest(r, 1)) != highest(r, 0)) {
+        if (bl_oob_now_ns() > deadline) {
+            refuse(r, fd, BL_EPEER, "a previous controller's last round is still unanswered", deadline);
+            return;
+        }
+        usleep(100);
+    }
+    void *link = L->create(r->arg, offer + OFFER_HEAD, &rc, err, sizeof err);
+    if (!link) {
+        refuse(r, fd, rc, err, deadline);
+        bl_remote_note(r, "cannot take a controller: %s", err);
+        return;
+    }
+    bl_oob_put32(offer, BL_OK);
+    bl_oob_put32(offer + 4, r->slots);
+    bl_oob_put32(offer + 8, r->slot_bytes);
+    bl_oob_put64(offer + 12, served);
+    if ((rc = send_msg(r, fd, HS_OFFER, offer, deadline, err, sizeof err)) ||
+        (rc = recv_msg(r, fd, HS_CONNECT, body, deadline, "the controller", err, sizeof err))) {
+        bl_remote_note(r, "a controller went away during its handshake: %s", err);
+        goto drop;
+    }
+    rc = L->accept(r->arg, link, body, err, sizeof err);
+    bl_oob_put32(ready, (uint32_t)rc);
+    put_text(ready + 4, rc ? err : "");
+    if (rc) {
+        send_msg(r, fd, HS_READY, ready, deadline, ignored, sizeof ignored);
+        bl_remote_note(r, "cannot connect to a controller: %s", err);
+        goto drop;
+    }
+    /* The link goes to the poller before READY does to the controller: its first request may
+     * be in this side's ring before this thread runs again (ucx's receive handler is the
+     * worker's, not a link's), and the reply needs the link. One that the poller never picked
+     * up (its controller came and went without a round) is taken back here. Should READY fail,
+     * the link stays: a gone controller's link carries no rounds, and the next one replaces it. */
+    void *unused = __atomic_exchange_n(&r->next_link, link, __ATOMIC_ACQ_REL);
+    if (unused) L->destroy(r->arg, unused);
+    if ((rc = send_msg(r, fd, HS_READY, ready, deadline, err, sizeof err))) {
+        bl_remote_note(r, "a controller went away during its handshake: %s", err);
+        close(fd);
+        return;
+    }
+    if (r->ctl_fd >= 0) close(r->ctl_fd);
+    r->ctl_fd = fd;
+    return;
+drop:
+    L->destroy(r->arg, link);
+    close(fd);
+}
+
+/* One controller at a time: a new connection is admitted (or refused) once the acceptor
+ * sees it; the current controller's connection is watched for its closing. */
+static void *acceptor(void *arg) {
+    bl_remote *r = arg;
+    while (!__atomic_load_n(&r->stopping, __ATOMIC_ACQUIRE)) {
+        struct pollfd p[3] = {{.fd = r->listen_fd, .events = POLLIN}, {.fd = r->stop_fd, .events = POLLIN},
+                              {.fd = r->ctl_fd, .events = POLLIN}};
+        int got = poll(p, r->ctl_fd >= 0 ? 3 : 2, 1000);
+        if (got < 0 && errno != EINTR) break;
+        if (p[1].revents) break;
+        if (r->ctl_fd >= 0 && p[2].revents) {
+            if (bl_oob_peer_closed(r->ctl_fd)) {
+                close(r->ctl_fd); /* its controller has gone: the next may come */
+                r->ctl_fd = -1;
+            } else {
+                uint8_t junk[256]; /* nothing is due after READY: drop it rather than wake on it forever */
+                if (recv(r->ctl_fd, junk, sizeof junk, MSG_DONTWAIT) < 0 && errno != EAGAIN) {
+                    close(r->ctl_fd);
+                    r->ctl_fd = -1;
+                }
+            }
+        }
+        int fd;
+        if (p[0].revents && bl_oob_accept(r->listen_fd, &fd) == 1) admit(r, fd);
+    }
+    return NULL;
+}
+
+static void *poller(void *arg) {
+    bl_remote *r = arg;
+    r->host->serve(r->session);
+    return NULL;
+}
+
+int32_t bl_remote_start(bl_remote *r, char *err, size_t n) {
+    if (r->role != BL_COPROCESSOR) return BL_OK;
+    r->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (r->stop_fd < 0) return bl_oob_fail(err, n, BL_EBACKEND, "eventfd: %s", strerror(errno));
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    size_t o = (size_t)snprintf(r->applied, sizeof r->applied, "poller thread");
+    if (r->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(r->cpu, &set);
+        pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+        o += (size_t)snprintf(r->applied + o, sizeof r->applied - o, " pinned to CPU %d", r->cpu);
+    }
+    int e = pthread_create(&r->poller, &attr, poller, r);
+    pthread_attr_destroy(&attr);
+    if (e)
+        return bl_oob_fail(err, n, BL_EBACKEND, "cannot start the poller thread%s: %s", r->cpu >= 0 ? " (pinned)" : "",
+                           strerror(e));
+    r->poller_running = 1;
+    if (r->rt_priority > 0 && o < sizeof r->applied) {
+        /* Best effort: an unprivileged process is refused, and says so. */
+        struct sched_param sp = {.sched_priority = r->rt_priority};
+        e = pthread_setschedparam(r->poller, SCHED_FIFO, &sp);
+        snprintf(r->applied + o, sizeof r->applied - o, e ? ", SCHED_FIFO %d not applied (%s)" : ", SCHED_FIFO %d",
+                 r->rt_priority, strerror(e));
+    }
+    if (r->cpu >= 0 || r->rt_priority > 0) bl_remote_note(r, "%s", r->applied);
+    e = pthread_create(&r->acceptor, NULL, acceptor, r);
+    if (e) return bl_oob_fail(err, n, BL_EBACKEND, "cannot start the acceptor thread: %s", strerror(e));
+    r->acceptor_running = 1;
+    return BL_OK;
+}
+
+void bl_remote_stop(bl_remote *r) {
+    if (r->poller_running) {
+        pthread_join(r->poller, NULL); /* the core set the stop flag */
+        r->poller_running = 0;
+    }
+    if (r->acceptor_running) {
+        __atomic_store_n(&r->stopping, 1, __ATOMIC_RELEASE);
+        uint64_t one = 1;
+        if (write(r->stop_fd, &one, sizeof one) < 0) { /* the 1 s poll timeout still ends it */
+        }
+        pthread_join(r->acceptor, NULL);
+        r->acceptor_running = 0;
+    }
+    if (r->fd >= 0) {
+        close(r->fd); /* tells the coprocessor at once that the next controller may come */
+        r->fd = -1;
+    }
+}
+
+void bl_remote_close(bl_remote *r) {
+    bl_remote_stop(r);
+    void *unused = __atomic_exchange_n(&r->next_link, NULL, __ATOMIC_ACQ_REL);
+    if (unused) r->links->destroy(r->arg, unused);
+    int *fds[] = {&r->listen_fd, &r->stop_fd, &r->ctl_fd};
+    for (size_t i = 0; i < sizeof fds / sizeof fds[0]; ++i)
+        if (*fds[i] >= 0) {
+            close(*fds[i]);
+            *fds[i] = -1;
+        }
+}
