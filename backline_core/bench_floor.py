@@ -18,12 +18,12 @@ responder program that calls :func:`serve_responder`. Nothing here imports the t
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import re
 import select
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -145,6 +145,30 @@ class StopWatch:
 def say_error(name: str, text: str, status: int) -> None:
     """A responder's one error line, which :class:`Responder` turns back into an exception."""
     print(f"{name} floor: error: {' '.join(text.split())} [status {status}]", file=sys.stderr, flush=True)
+
+
+def responder_parser(module: str, description: str) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """A responder program's parser (``python -m MODULE serve ...``) with the options every floor
+    responder has; (the parser, its ``serve`` subparser, for the transport's own options)."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="serve one initiator's ping-pong")
+    s.add_argument("--host", required=True, help="address to listen on")
+    s.add_argument("--port", type=int, required=True, help="TCP port (0: any free port, printed in the ready line)")
+    s.add_argument("--cpu", type=int, default=-1, help="pin the responder to this CPU (default: not pinned)")
+    s.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS, help="deadline of a blocked send")
+    s.add_argument("--wait-ms", type=int, default=0, help="how long to wait for the initiator (default 0: the "
+                   "connect timeout, the larger of --timeout-ms and 10 s)")
+    s.add_argument("--parent-pid", type=int, default=None, help="exit when this process exits")
+    return parser, s
+
+
+def parse_responder_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The responder's arguments (usage errors exit 2 with one line, as argparse's)."""
+    args = parser.parse_args(argv)
+    if args.wait_ms < 0:
+        parser.error(f"--wait-ms {args.wait_ms}: give a number of milliseconds >= 0")
+    return args
 
 
 def serve_responder(library: FloorLibrary, listen: Callable[[Any, Any, int], int], *, wait_ms: int = 0,
@@ -480,14 +504,6 @@ def listening(port: int) -> bool:
         except OSError:
             continue
     return False
-
-
-def free_tcp_port(host: str) -> int:
-    """A TCP port free on ``host`` now (OSError if it cannot be bound there)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _pin(proc: subprocess.Popen[str], cpu: int | None) -> None:

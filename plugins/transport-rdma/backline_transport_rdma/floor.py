@@ -18,7 +18,6 @@ verbs library and perftest.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import platform
@@ -37,7 +36,8 @@ from backline_core.bench_floor import (
     StopWatch,
     as_int,
     floor_settings,
-    free_tcp_port,
+    parse_responder_args,
+    responder_parser,
     run_tool_pair,
     serve_responder,
 )
@@ -94,24 +94,12 @@ def serve(host: str, port: int, device: str = "", ib_port: int = 0, gid_index: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m backline_transport_rdma.floor",
-                                     description="The bench floor's RDMA WRITE responder.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="serve one initiator's ping-pong")
-    s.add_argument("--host", required=True, help="address to listen on")
-    s.add_argument("--port", type=int, required=True, help="TCP port (0: any free port, printed in the ready line)")
+    parser, s = responder_parser("backline_transport_rdma.floor", "The bench floor's RDMA WRITE responder.")
     s.add_argument("--device", default="", help="RDMA device (default: the first with an active port)")
     s.add_argument("--ib-port", type=int, default=0, help="port of the device (default: its first active port)")
     s.add_argument("--gid-index", type=int, default=-1, help="GID index (default: the first RoCE v2 GID, "
                    "IPv4-mapped preferred)")
-    s.add_argument("--cpu", type=int, default=-1, help="pin the responder to this CPU (default: not pinned)")
-    s.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS, help="deadline of a blocked WRITE")
-    s.add_argument("--wait-ms", type=int, default=0, help="how long to wait for the initiator (default 0: the "
-                   "connect timeout, the larger of --timeout-ms and 10 s)")
-    s.add_argument("--parent-pid", type=int, default=None, help="exit when this process exits")
-    args = parser.parse_args(argv)
-    if args.wait_ms < 0:
-        parser.error(f"--wait-ms {args.wait_ms}: give a number of milliseconds >= 0")
+    args = parse_responder_args(parser, argv)
     return serve(args.host, args.port, args.device, args.ib_port, args.gid_index, args.cpu, args.timeout_ms,
                  args.parent_pid, args.wait_ms)
 
@@ -220,13 +208,16 @@ def perftest_write_lat(device: str, ib_port: int, gid_index: int, payload_bytes:
                        server_cpu: int | None = None, client_cpu: int | None = None,
                        timeout_s: float | None = None) -> tuple[dict[str, Any] | None, str]:
     """Run ``ib_write_lat`` server and client here; (round-trip figures in ns, a note saying what ran or why not)."""
+    from backline_core.bench import free_port  # numpy: not for the responder, which starts fast
+    from backline_core.errors import BacklineError
+
     exe = shutil.which("ib_write_lat")
     if exe is None:
         return None, "perftest not run: ib_write_lat is not on PATH (Debian: apt-get install perftest)"
     try:
-        port = free_tcp_port(host)
-    except OSError as exc:
-        return None, f"perftest not run: no free TCP port on {host} ({exc.strerror or exc})"
+        port = free_port(host)
+    except BacklineError as exc:
+        return None, f"perftest not run: {exc}"
     args = [exe, "-d", device, "-i", str(ib_port), "-x", str(gid_index), "-s", str(payload_bytes), "-n", str(rounds),
             "-p", str(port)]
     # In cycles of the counter the floor's clock reads, converted with the floor's calibration:
