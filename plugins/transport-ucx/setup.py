@@ -23,7 +23,8 @@ ext_modules = []
 if have_ucp(search):
     ext_modules.append(plain_library("backline_transport_ucx.libbackline_transport_ucx",
                                      sources=["backline_transport_ucx/native/ucx.c",
-                                              "backline_transport_ucx/native/worker.c"],
+                                              "backline_transport_ucx/native/worker.c",
+                                              "backline_transport_ucx/native/floor.c"],
                                      libraries=["ucp", "uct", "ucs"], oob=True))
 else:
     print("backline-transport-ucx: libucp's headers are missing (apt-get install libucx-dev); installing without "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from backline_core import Transport, hookimpl
 from backline_core.errors import TransportError
@@ -23,6 +24,12 @@ def _library(hardware: str, role: str) -> str:
     return path
 
 
+def _bench_floor(cfg: Any, init_args: dict[str, Any]) -> Any:
+    from .floor import bench_floor
+
+    return bench_floor(cfg, init_args)
+
+
 @hookimpl
 def backline_transports() -> list[Transport]:
     return [
@@ -34,6 +41,7 @@ def backline_transports() -> list[Transport]:
             library=_library,
             needs_endpoint=True,
             idle="spins",
+            bench_floor=_bench_floor,
             init_args={
                 "tls": "UCX transports: shm (posix, sysv), tcp, or auto (UCX's own choice, the default); both sides "
                        "need one in common",

@@ -1,0 +1,236 @@
+"""The ucx bench floor: real UCX active messages between this process and a responder child,
+over shared memory and TCP on this host; its faults, its bad input, ucx_perftest beside it,
+and `backline bench --transport ucx` end to end. Nothing is mocked."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from backline_core.bench import BenchConfig
+from backline_core.errors import BacklineError, DeadlineError, PeerError
+from backline_transport_ucx import floor
+
+HOST = "127.0.0.1"
+TIMEOUT_S = 120
+
+
+def serve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-P", "-m", "backline_transport_ucx.floor", "serve", *args],
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+def backline(*args: str, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "backline_core.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"want one line, got:\n{stderr}"
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def gone(pid: int | None) -> bool:
+    return pid is None or not os.path.exists(f"/proc/{pid}")
+
+
+@pytest.mark.parametrize("tls", ["shm", "tcp"])
+def test_floor_runs_rounds_with_every_byte_checked(tls: str) -> None:
+    out = np.zeros(2000, dtype=np.uint64)
+    with floor.Floor(HOST, 40, tls=tls, timeout_ms=5000) as f:
+        pid = f.pid
+        assert f.description.startswith(f"tls={tls}, UCX transports "), f.description
+        assert ("posix" in f.description or "sysv" in f.description) if tls == "shm" else "tcp" in f.description
+        for block in range(4):  # paused between blocks, as the bench does
+            f.resume()
+            f.run(1 + 500 * block, out[500 * block:500 * (block + 1)])  # raises on a lost or differing reply
+            f.pause()
+        f.resume()
+    assert (out > 0).all()
+    assert gone(pid), "the responder outlived its Floor"
+
+
+def test_random_delayed_cadence_spaces_the_rounds() -> None:
+    out = np.zeros(200, dtype=np.uint64)
+    with floor.Floor(HOST, 8, tls="shm", cadence="random-delayed", gap_ns=20_000, gap_span=0xFFF, seed=5) as f:
+        t0 = time.monotonic()
+        f.run(1, out)
+        assert time.monotonic() - t0 >= 200 * 20e-6
+    assert (out > 0).all()
+
+
+def test_a_killed_responder_ends_the_round_with_an_error_not_a_hang() -> None:
+    with floor.Floor(HOST, 8, tls="tcp", timeout_ms=2000) as f:
+        out = np.zeros(50, dtype=np.uint64)
+        f.run(1, out)
+        os.kill(f.pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(PeerError, match="closed|failed"):
+            f.run(51, out)
+        assert time.monotonic() - t0 < 10.0
+        with pytest.raises(BacklineError, match="broken by an earlier failure"):
+            f.run(101, out[:1])  # the handle is done for
+
+
+def test_a_stopped_responder_ends_the_round_at_its_deadline() -> None:
+    with floor.Floor(HOST, 8, tls="shm", timeout_ms=300) as f:
+        out = np.zeros(10, dtype=np.uint64)
+        f.run(1, out)
+        f.pause()
+        with pytest.raises(DeadlineError, match="did not answer round 11 within 300 ms"):
+            f.run(11, out)
+        pid = f.pid
+    assert gone(pid), "a stopped responder outlived its Floor"
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--port", "70000"], "port 70000: give 1 to 65535"),
+    (["--port", "0", "--timeout-ms", "0"], "timeout_ms 0"),
+    (["--port", "0", "--cpu", "100000"], "cpu 100000"),
+    (["--port", "0", "--tls", "rdma"], "tls=rdma: choose shm"),
+], ids=["port-high", "timeout-0", "cpu", "tls"])
+def test_responder_bad_input_is_one_line_and_exit_2(args: list[str], fragment: str) -> None:
+    result = serve("--host", HOST, *args)
+    assert result.returncode == 2, result
+    assert "ready" not in result.stdout
+    line = one_line(result.stderr)
+    assert line.startswith("backline-transport-ucx floor: error: ") and fragment in line, line
+
+
+def test_initiator_checks_its_arguments() -> None:
+    ffi, lib = floor.native()
+    err = ffi.new("char[]", lib.BL_UCX_FLOOR_ERROR_BYTES)
+    out = ffi.new("bl_ucx_floor **")
+    cases = [((b"127.0.0.1", 1, b"shm", 0, 1000), "payload_bytes 0"),
+             ((b"127.0.0.1", 1, b"shm", lib.BL_UCX_FLOOR_MAX_PAYLOAD_BYTES + 1, 1000), "1 to 1048576"),
+             ((b"127.0.0.1", 0, b"shm", 8, 1000), "port 0"),
+             ((b"", 1, b"shm", 8, 1000), "needs a host"),
+             ((b"127.0.0.1", 1, b"ib", 8, 1000), "tls=ib"),
+             ((b"127.0.0.1", 1, b"shm", 8, 0), "timeout_ms 0")]
+    for args, fragment in cases:
+        rc = lib.bl_ucx_floor_open(*args, out, err, len(err))
+        assert rc < 0 and out[0] == ffi.NULL
+        assert fragment in ffi.string(err).decode(), (args, ffi.string(err))
+    res = ffi.new("bl_bench_result *")
+    assert lib.bl_ucx_floor_rounds(ffi.NULL, 0, 1, ffi.NULL, res) == -1 and res.first_error == -1
+
+
+def test_the_tls_table_is_the_backends() -> None:
+    assert floor.ucx_tls("shm") == "posix,sysv,self" and floor.ucx_tls("tcp") == "tcp,self"
+    assert floor.ucx_tls("auto") == "" and floor.ucx_tls("verbs") is None
+    _, lib = floor.native()
+    assert lib.BL_UCX_FLOOR_MAGIC == int.from_bytes(b"BLUF", "big")
+
+
+def test_a_framework_coprocessor_on_the_port_is_refused_clearly() -> None:
+    from backline_core.testing import ServeProcess, free_port
+
+    port = free_port(HOST)
+    with ServeProcess("ucx", port, "steane", host=HOST, tls="shm"):
+        ffi, lib = floor.native()
+        err = ffi.new("char[]", lib.BL_UCX_FLOOR_ERROR_BYTES)
+        out = ffi.new("bl_ucx_floor **")
+        rc = lib.bl_ucx_floor_open(HOST.encode(), port, b"shm", 8, 1000, out, err, len(err))
+        text = ffi.string(err).decode()
+        assert rc < 0 and out[0] == ffi.NULL
+        assert "is a floor responder listening there? a Backline ucx coprocessor" in text, text
+
+
+def test_the_responder_refuses_a_framework_controller_and_keeps_waiting() -> None:
+    # A framework controller's HELLO ("BLUX") on the floor's port is dropped; the right initiator still gets in.
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "backline_transport_ucx.floor", "serve", "--host", HOST,
+                             "--port", "0", "--tls", "shm"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline().split("port=")[1].split()[0])
+        with socket.create_connection((HOST, port)) as s:
+            s.sendall(b"BLUX\x00\x01\x00\x01\x00\x00\x00\x48" + bytes(72))
+            try:
+                assert s.recv(1) == b""
+            except ConnectionResetError:
+                pass
+        ffi, lib = floor.native()
+        err = ffi.new("char[]", lib.BL_UCX_FLOOR_ERROR_BYTES)
+        out = ffi.new("bl_ucx_floor **")
+        assert lib.bl_ucx_floor_open(HOST.encode(), port, b"shm", 8, 1000, out, err, len(err)) == 0, ffi.string(err)
+        rtt = np.zeros(10, dtype=np.uint64)
+        res = ffi.new("bl_bench_result *")
+        assert lib.bl_ucx_floor_rounds(out[0], 0, 10, ffi.from_buffer("uint64_t[]", rtt), res) == 0
+        assert (res.done, res.lost, res.mismatched) == (10, 0, 0)
+        lib.bl_ucx_floor_close(out[0])
+        assert proc.wait(30) == 0  # its initiator disconnected: it is done
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+
+
+def test_a_responder_nobody_connects_to_gives_up_at_its_wait() -> None:
+    result = serve("--host", HOST, "--port", "0", "--wait-ms", "300")
+    assert result.returncode == 1, result
+    assert "no floor initiator connected" in one_line(result.stderr)
+
+
+def test_bench_floor_takes_the_coprocessors_settings() -> None:
+    cfg = BenchConfig(transport="ucx", rounds=50_000, payload_bytes=32, controller_cpu=0)
+    f = floor.bench_floor(cfg, {"tls": "tcp", "cpu": 1, "timeout_ms": 250})
+    assert (f.tls, f.cpu, f.controller_cpu, f.timeout_ms, f.payload_bytes, f.reference_rounds) == \
+        ("tcp", 1, 0, 250, 32, 50_000)
+    assert f.reference() is None and "not started" in (f.reference_note or "")
+    with pytest.raises(BacklineError, match="tls='ib'"):
+        with floor.bench_floor(cfg, {"tls": "ib"}):
+            pass
+
+
+PERFTEST_CSV = """\
+iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr
+20000,0.165,0.172,0.172,44.34,44.34,5811499,5811499
+"""
+
+
+def test_parse_perftest_csv() -> None:
+    row = floor.parse_perftest_csv(PERFTEST_CSV)
+    assert row is not None and row["50.0_percentile_lat"] == 0.165 and row["iterations"] == 20000
+    assert floor.parse_perftest_csv("[1733] ucx_perftest: connect failed") is None
+
+
+@pytest.mark.parametrize("tls", ["shm", "tcp"])
+def test_bench_reports_framework_floor_and_ucx_perftest(tls: str, tmp_path) -> None:
+    out = tmp_path / "bench.json"
+    result = backline("bench", "--transport", "ucx", "--transport-arg", f"tls={tls}", "--coprocessor-fn", "steane",
+                      "--payload-bytes", "1", "--rounds", "3000", "--no-progress", "--json", str(out), timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "framework/floor" in result.stdout and floor.LABEL in result.stdout, result.stdout
+    data = json.loads(out.read_text())
+    assert data["lost"] == 0 and data["mismatched"] == 0, data
+    assert data["floor_name"] == floor.LABEL
+    assert data["ratio"]["median"] > 0 and data["ratio"]["p99"] > 0
+    if data.get("reference") is not None:
+        assert data["reference"]["name"] == floor.REFERENCE_LABEL and data["reference"]["p99_ns"] > 0
+    else:  # ucx_perftest is part of install.sh; without it the report says so
+        assert "ucx_perftest" in data["reference_note"]
+
+
+def test_no_responder_is_left_behind() -> None:
+    mine = str(os.getpid())
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read().split(b"\0")
+            with open(f"/proc/{pid}/stat") as fh:
+                ppid = fh.read().rpartition(")")[2].split()[1]
+        except OSError:
+            continue
+        if ppid == mine and (b"backline_transport_ucx.floor" in cmd or b"ucx_perftest" in cmd[0]):
+            left.append(pid)
+    assert not left, f"floor responders left running: {left}"
