@@ -132,10 +132,9 @@ static int32_t send_frame(struct ux *m, struct link *l, int which, uint32_t slot
     return BL_OK;
 }
 
-static void progress(struct ux *m) {
-    while (ucp_worker_progress(m->w.worker)) {
-    }
-}
+/* One pass of the worker, not a loop until it is idle: the core calls poll again as long as
+ * it waits, and a second pass after a frame came would only delay seeing it (~30 ns each). */
+static inline void progress(struct ux *m) { ucp_worker_progress(m->w.worker); }
 
 /* ---- links ---- */
 
