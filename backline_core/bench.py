@@ -67,7 +67,10 @@ class BenchConfig:
     decoder_params: dict[str, str] = field(default_factory=dict)
     #: the transport's own init_args (its Transport record declares them), for both nodes
     transport_args: dict[str, str] = field(default_factory=dict)
-    block: int = 50_000
+    #: rounds per interleaved block: short, so that framework and floor both see each state a
+    #: shared VM drifts through (its vCPUs' placement flips a shm round trip between ~0.4 and
+    #: ~1 us for seconds at a time; 50,000-round blocks caught one mode each)
+    block: int = 5_000
     warmup: int = 16
     progress: bool = False
     host: str = "127.0.0.1"  # where the coprocessor and the floor responder listen (transports that need an endpoint)

@@ -149,7 +149,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         transport=args.transport, runs_in=args.runs_in, coprocessor_fn=args.coprocessor_fn,
         rounds=args.rounds, payload_bytes=args.payload_bytes, cadence=args.cadence, gap_ns=args.gap_ns,
         gap_span=args.gap_span, seed=args.seed, controller_cpu=args.controller_cpu,
-        coprocessor_cpu=args.coprocessor_cpu, driver=args.driver, block=args.block, warmup=args.warmup,
+        coprocessor_cpu=args.coprocessor_cpu, driver=args.driver,
+        block=bench.BenchConfig.block if args.block is None else args.block, warmup=args.warmup,
         progress=not args.no_progress, code=args.code, error_rate=args.error_rate, decoder_id=args.decoder_id,
         decoder_params=_params(args.decoder_param, "--decoder-param"), host=args.host, peer=args.peer,
         transport_args=_params(args.transport_arg, "--transport-arg"),
@@ -454,7 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--transport-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="one of the transport's own init_args (`backline plugins` lists them), given to the "
                         "controller and the coprocessor, e.g. tls=shm for ucx (repeatable)")
-    b.add_argument("--block", type=_whole_number, default=50_000, help="rounds per interleaved block")
+    b.add_argument("--block", type=_whole_number, default=None,
+                   help="rounds per interleaved block (default: a few thousand, so that both paths see the same machine state)")
     b.add_argument("--warmup", type=_whole_number, default=16, help="unrecorded rounds at the start of each block")
     b.add_argument("--json", metavar="FILE", help="write the statistics as JSON (checked writable before the run)")
     b.add_argument("--plot", metavar="FILE.png", help="draw the time series and CCDF (needs matplotlib)")

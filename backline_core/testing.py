@@ -5,6 +5,8 @@ on an ``Endpoint``), so that each plugin's tests do not carry their own copy.
 * :func:`endpoint_config` -- the configuration string of a node that uses ``host:port``.
 * :class:`ServeProcess` -- ``backline coprocessor serve`` in a child process, as a context
   manager that waits for its ``ready`` line and kills and reaps it at the end.
+* :func:`gone` and :func:`children_running` -- whether a process has ended, and which of this
+  process's children still run a given program (nothing may be left behind).
 
 For example (``my-transport`` being the plugin's transport)::
 
@@ -27,6 +29,7 @@ until it is called.
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 import subprocess
@@ -35,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-__all__ = ["ServeProcess", "endpoint_config", "free_port"]
+__all__ = ["ServeProcess", "children_running", "endpoint_config", "free_port", "gone"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -49,6 +52,35 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def gone(pid: int | None) -> bool:
+    """Whether process ``pid`` has ended (a zombie counts as ended; None: there was none)."""
+    if pid is None:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def children_running(*needles: bytes) -> list[str]:
+    """This process's live children whose command line holds one of ``needles``, as "PID: command"."""
+    mine = str(os.getpid())
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read()
+            with open(f"/proc/{pid}/stat") as fh:
+                ppid = fh.read().rpartition(")")[2].split()[1]
+        except (OSError, IndexError):
+            continue
+        if ppid == mine and not gone(int(pid)) and any(n in cmd for n in needles):
+            shown = cmd.replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{pid}: {shown}")
+    return found
 
 
 def endpoint_config(host: str, port: int, **extra: object) -> str:

@@ -13,6 +13,7 @@ import pytest
 
 from backline_core.bench import BenchConfig, BenchResult, Series, format_report
 from backline_core.errors import BacklineError, NotFoundError
+from backline_core.testing import children_running
 from backline_transport_rdma import floor
 
 TIMEOUT_S = 60
@@ -214,18 +215,7 @@ def test_pause_and_resume_a_real_process() -> None:
 
 
 def test_no_responder_is_left_behind() -> None:
-    mine = str(os.getpid())
-    left = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                cmd = fh.read().split(b"\0")
-            with open(f"/proc/{pid}/stat") as fh:
-                ppid = fh.read().rpartition(")")[2].split()[1]
-        except OSError:
-            continue
-        if ppid == mine and b"backline_transport_rdma.floor" in cmd:
-            left.append(pid)
+    left = children_running(b"backline_transport_rdma.floor")
     assert not left, f"floor responders left running: {left}"
 
 

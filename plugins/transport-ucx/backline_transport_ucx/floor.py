@@ -68,7 +68,6 @@ def ucx_tls(tls: str) -> str | None:
 def serve(host: str, port: int, tls: str = "auto", cpu: int = -1, timeout_ms: int = DEFAULT_TIMEOUT_MS,
           parent_pid: int | None = None, wait_ms: int = 0) -> int:
     """The responder: listen, print ``ready``, serve one initiator; 0 when it is done or a stop came."""
-    os.environ.setdefault("UCX_LOG_FILE", "stderr")  # stdout carries the ready line
     return serve_responder(
         LIBRARY, lambda out, err, n: LIBRARY.lib.bl_ucx_floor_listen(host.encode(), port, tls.encode(), cpu,
                                                                      timeout_ms, out, err, n),
@@ -123,7 +122,6 @@ class Floor(NativeFloor):
                          ready_timeout=self.ready_timeout)
 
     def open(self, out: Any, err: Any, n: int) -> int:
-        os.environ.setdefault("UCX_LOG_FILE", "stderr")
         return int(LIBRARY.lib.bl_ucx_floor_open(self.host.encode(), self.port, self.tls.encode(), self.payload_bytes,
                                                  self.timeout_ms, out, err, n))
 

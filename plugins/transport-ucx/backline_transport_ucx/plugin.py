@@ -12,10 +12,6 @@ from . import get_library
 
 
 def _library(hardware: str, role: str) -> str:
-    # UCX logs to stdout unless told otherwise, and reads where when its library loads (the
-    # core loads the backend after this): a program's stdout, and `coprocessor serve`'s ready
-    # line, stay the program's.
-    os.environ.setdefault("UCX_LOG_FILE", "stderr")
     path = get_library()
     if not os.path.isfile(path):
         raise TransportError("the ucx transport has no backend: libucp's headers were missing when "

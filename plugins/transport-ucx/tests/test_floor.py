@@ -17,6 +17,7 @@ import pytest
 
 from backline_core.bench import BenchConfig
 from backline_core.errors import BacklineError, DeadlineError, PeerError
+from backline_core.testing import children_running, gone
 from backline_transport_ucx import floor
 
 HOST = "127.0.0.1"
@@ -38,10 +39,6 @@ def one_line(stderr: str) -> str:
     assert len(lines) == 1, f"want one line, got:\n{stderr}"
     assert "Traceback" not in stderr
     return lines[0]
-
-
-def gone(pid: int | None) -> bool:
-    return pid is None or not os.path.exists(f"/proc/{pid}")
 
 
 @pytest.mark.parametrize("tls", ["shm", "tcp"])
@@ -221,16 +218,5 @@ def test_bench_reports_framework_floor_and_ucx_perftest(tls: str, tmp_path) -> N
 
 
 def test_no_responder_is_left_behind() -> None:
-    mine = str(os.getpid())
-    left = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                cmd = fh.read().split(b"\0")
-            with open(f"/proc/{pid}/stat") as fh:
-                ppid = fh.read().rpartition(")")[2].split()[1]
-        except OSError:
-            continue
-        if ppid == mine and (b"backline_transport_ucx.floor" in cmd or b"ucx_perftest" in cmd[0]):
-            left.append(pid)
-    assert not left, f"floor responders left running: {left}"
+    left = children_running(b"backline_transport_ucx.floor", b"ucx_perftest")
+    assert not left, f"floor responders or ucx_perftest left running: {left}"

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from backline_core.errors import DeadlineError, PeerError
-from backline_core.testing import ServeProcess, free_port
+from backline_core.testing import ServeProcess, free_port, gone
 from backline_transport_rdma import floor
 
 pytestmark = pytest.mark.usefixtures("rdma_device")
@@ -32,14 +32,6 @@ BENCH_TIMEOUT_S = 900
 def cpus() -> tuple[int | None, int | None]:
     allowed = sorted(os.sched_getaffinity(0))
     return (allowed[0], allowed[1]) if len(allowed) >= 2 else (None, None)
-
-
-def gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rpartition(")")[2].split()[0] in ("Z", "X")
-    except OSError:
-        return True
 
 
 def leftovers(*needles: bytes) -> list[str]:

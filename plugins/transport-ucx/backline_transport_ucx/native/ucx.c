@@ -32,6 +32,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,11 @@
 
 /* The handshake's peer part (docs/ucx.md): a worker address record (worker.h). */
 #define PEER_BYTES UX_ADDRESS_RECORD_BYTES
+
+/* A frame on the wire: its header up to `reserved` (seq, len, decoder_id, status, flags) as the
+ * active message's header, its payload as the data; `reserved` is 0 and stays so. */
+#define WIRE_HEADER_BYTES offsetof(bl_frame_header, reserved)
+_Static_assert(offsetof(bl_frame_header, reserved) == 24 && BL_FRAME_HEADER_BYTES == 32, "the frame header's layout");
 
 /* Active message ids: requests go to the coprocessor, replies to the controller. */
 enum { AM_REQUEST = 1, AM_REPLY = 2 };
@@ -80,28 +86,29 @@ static ucs_status_t on_frame(void *arg, const void *header, size_t header_length
                              const ucp_am_recv_param_t *param) {
     struct ux *m = arg;
     int which = m->r.role == BL_CONTROLLER ? 1 : 0;
-    uint64_t seq;
+    bl_frame_header h;
     /* Eager data is in `data` for the callback's duration; a rendezvous message would need a
      * receive of its own, and a frame is never sent so. */
-    if (BL_UNLIKELY(header_length != sizeof seq || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
-                    length > m->r.slot_bytes - sizeof seq)) {
+    if (BL_UNLIKELY(header_length != WIRE_HEADER_BYTES || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
+                    length > m->r.slot_bytes - BL_FRAME_HEADER_BYTES)) {
         snprintf(m->protocol_error, sizeof m->protocol_error,
                  "the peer broke the protocol: a message with a %zu-byte header and %zu bytes of data%s", header_length,
                  length, param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV ? " by rendezvous" : "");
         return UCS_OK;
     }
-    memcpy(&seq, header, sizeof seq);
-    if (BL_UNLIKELY(seq != m->received + 1)) {
+    memcpy(&h, header, WIRE_HEADER_BYTES);
+    if (BL_UNLIKELY(h.seq != m->received + 1 || h.len != length)) {
         if (!m->protocol_error[0])
             snprintf(m->protocol_error, sizeof m->protocol_error,
-                     "the peer broke the protocol: frame %llu arrived where %llu was due", (unsigned long long)seq,
-                     (unsigned long long)(m->received + 1));
+                     "the peer broke the protocol: frame %llu (%u payload bytes, %zu sent) arrived where %llu was due",
+                     (unsigned long long)h.seq, h.len, length, (unsigned long long)(m->received + 1));
         return UCS_OK;
     }
-    uint8_t *slot = ring(m, which) + (size_t)((seq - 1) & (m->r.slots - 1)) * m->r.slot_bytes;
-    memcpy(slot + sizeof seq, data, length);
-    __atomic_store_n((uint64_t *)slot, seq, __ATOMIC_RELEASE);
-    m->received = seq;
+    uint8_t *slot = ring(m, which) + (size_t)((h.seq - 1) & (m->r.slots - 1)) * m->r.slot_bytes;
+    memcpy(slot + 8, (const uint8_t *)header + 8, WIRE_HEADER_BYTES - 8);
+    memcpy(slot + BL_FRAME_HEADER_BYTES, data, length);
+    __atomic_store_n((uint64_t *)slot, h.seq, __ATOMIC_RELEASE);
+    m->received = h.seq;
     return UCS_OK;
 }
 
@@ -117,11 +124,12 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
 static int32_t send_frame(struct ux *m, struct link *l, int which, uint32_t slot) {
     if (BL_UNLIKELY(l->dead)) return BL_EPEER;
     uint8_t *frame = ring(m, which) + (size_t)slot * m->r.slot_bytes;
-    size_t body = BL_FRAME_HEADER_BYTES - 8 + ((const bl_frame_header *)frame)->len;
+    size_t len = ((const bl_frame_header *)frame)->len;
     ucp_request_param_t p;
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_EAGER;
-    ucs_status_ptr_t r = ucp_am_send_nbx(l->ep, which == 0 ? AM_REQUEST : AM_REPLY, frame, 8, frame + 8, body, &p);
+    ucs_status_ptr_t r = ucp_am_send_nbx(l->ep, which == 0 ? AM_REQUEST : AM_REPLY, frame, WIRE_HEADER_BYTES,
+                                     frame + BL_FRAME_HEADER_BYTES, len, &p);
     if (BL_LIKELY(r == NULL)) return BL_OK;
     if (BL_UNLIKELY(UCS_PTR_IS_ERR(r))) {
         snprintf(l->error, sizeof l->error, "ucp_am_send_nbx failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
