@@ -5,11 +5,13 @@ the test went."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -42,10 +44,12 @@ def ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
 
 
-def test_rounds_cross_two_network_namespaces_over_tcp() -> None:
+@contextlib.contextmanager
+def two_namespaces(subnet: str) -> Iterator[tuple[str, str, str]]:
+    """Namespaces A and B joined by a veth pair, SUBNET.1 in A and SUBNET.2 in B: (a, b, B's address).
+    They (and the veth with them) go at the end however the test went."""
     tag = uuid.uuid4().hex[:6]
     a, b = f"bl-ucx-a-{tag}", f"bl-ucx-b-{tag}"
-    host_a, host_b = "10.203.0.1", "10.203.0.2"
     made: list[str] = []
     try:
         for ns in (a, b):
@@ -54,10 +58,20 @@ def test_rounds_cross_two_network_namespaces_over_tcp() -> None:
         ip("link", "add", f"va{tag}", "type", "veth", "peer", "name", f"vb{tag}")
         ip("link", "set", f"va{tag}", "netns", a)
         ip("link", "set", f"vb{tag}", "netns", b)
-        for ns, dev, addr in ((a, f"va{tag}", host_a), (b, f"vb{tag}", host_b)):
+        for ns, dev, addr in ((a, f"va{tag}", f"{subnet}.1"), (b, f"vb{tag}", f"{subnet}.2")):
             ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
             ip("-n", ns, "link", "set", dev, "up")
             ip("-n", ns, "link", "set", "lo", "up")
+        yield a, b, f"{subnet}.2"
+    finally:
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+    assert tag not in left, f"namespaces left behind: {left}"
+
+
+def test_rounds_cross_two_network_namespaces_over_tcp() -> None:
+    with two_namespaces("10.203.0") as (a, b, host_b):
         with ServeProcess("ucx", PORT, "steane", host=host_b, wrapper=["ip", "netns", "exec", b], tls="tcp"):
             code = CONTROLLER.format(host=host_b, port=PORT, rounds=ROUNDS)
             ctl = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", code], capture_output=True,
@@ -67,8 +81,34 @@ def test_rounds_cross_two_network_namespaces_over_tcp() -> None:
         assert "two-namespace rounds ok" in ctl.stdout
         # The controller's namespace cannot reach the coprocessor's loopback: only the veth joins them.
         assert "UCX transports: tcp/va" in ctl.stderr, ctl.stderr
-    finally:
-        for ns in made:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
-    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
-    assert tag not in left, f"namespaces left behind: {left}"
+
+
+def test_bench_with_a_peer_in_the_other_namespace() -> None:
+    # What `backline bench --peer` needs on the peer's host: the coprocessor (key "bench") on PORT
+    # and the floor's responder on PORT + 1.
+    from backline_core.bench import PEER_KEY
+    from backline_core.bench_floor import FLOOR_PORT_OFFSET
+
+    with two_namespaces("10.204.0") as (a, b, host_b):
+        with ServeProcess("ucx", PORT, "steane", key=PEER_KEY, host=host_b, wrapper=["ip", "netns", "exec", b],
+                          tls="tcp"):
+            floor = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-P", "-m",
+                                      "backline_transport_ucx.floor", "serve", "--host", host_b, "--port",
+                                      str(PORT + FLOOR_PORT_OFFSET), "--tls", "tcp", "--wait-ms", "120000"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                assert floor.stdout.readline().startswith("ready"), floor.stderr.read()
+                bench = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-m", "backline_core.cli", "bench",
+                                        "--transport", "ucx", "--transport-arg", "tls=tcp", "--peer",
+                                        f"{host_b}:{PORT}", "--coprocessor-fn", "steane", "--payload-bytes", "1",
+                                        "--rounds", "5000", "--no-progress"], capture_output=True, text=True,
+                                       timeout=300)
+                print(bench.stdout)
+                assert bench.returncode == 0, bench.stderr
+                assert "lost: 0  mismatched replies: 0" in bench.stdout
+                assert "floor (bare UCX active-message ping-pong)" in bench.stdout
+                assert floor.wait(60) == 0, floor.stderr.read()  # its initiator disconnected: it is done
+            finally:
+                if floor.poll() is None:
+                    floor.kill()
+                floor.wait(30)

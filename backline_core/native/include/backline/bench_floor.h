@@ -281,9 +281,11 @@ static inline int32_t bl_floor_echo(bl_floor *f, const bl_floor_ops *ops, void *
                 uint64_t now = bl_pingpong_ticks();
                 if (now >= check_at) {
                     check_at = now + check;
+                    /* The initiator's closing first: it is the normal end, after which the
+                     * path itself may fail (UCX's endpoint times out). */
+                    if (bl_oob_peer_closed(f->fd)) return BL_OK; /* the initiator is done (or gone) */
                     int32_t rc = ops->check(ctx);
                     if (rc) return rc;
-                    if (bl_oob_peer_closed(f->fd)) return BL_OK; /* the initiator is done (or gone) */
                 }
             }
         }

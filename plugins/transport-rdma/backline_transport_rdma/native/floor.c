@@ -88,10 +88,10 @@ static struct bl_rdma_floor *floor_new(void) {
 
 static void floor_free(struct bl_rdma_floor *h) {
     if (!h) return;
+    bl_floor_close_sockets(&h->f); /* first: the peer takes its closing as the end, not a failure */
     rv_qp_destroy(&h->q);
     rv_memory_free(&h->mem);
     if (h->dev_open) rv_close_device(&h->dev);
-    bl_floor_close_sockets(&h->f);
     free(h);
 }
 

@@ -80,11 +80,11 @@ static struct bl_ucx_floor *floor_new(void) {
 
 static void floor_free(struct bl_ucx_floor *h) {
     if (!h) return;
+    bl_floor_close_sockets(&h->f); /* first: the peer takes its closing as the end, not a failure */
     if (h->ep) ux_ep_close(&h->w, h->ep);
     ux_worker_close(&h->w);
     free(h->tx);
     free(h->rx);
-    bl_floor_close_sockets(&h->f);
     free(h);
 }
 
