@@ -117,6 +117,8 @@ class Transport:
         text = f"serves {pairs}; coprocessors run in {', '.join(self.runs_in)}"
         if self.needs_endpoint:
             text += "; needs a network endpoint"
+        if self.init_args:  # its own configuration keys (`ucx`'s tls: which UCX transports)
+            text += f"; keys {', '.join(self.init_args)}"
         return text
 
 

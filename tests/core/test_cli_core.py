@@ -444,7 +444,8 @@ class TwoPartTransport:
             Transport(name="cli-split", summary="host side", serves=(("cpu", "controller"), ("cpu", "coprocessor")),
                       runs_in=("process",), library=lib_path, distribution="backline-transport-cli-split"),
             Transport(name="cli-split", summary="fpga side", serves=(("fpga", "controller"),), runs_in=("process",),
-                      library=lib_path, needs_endpoint=True, distribution="backline-fpga-cli-split-with-a-long-name"),
+                      library=lib_path, needs_endpoint=True, distribution="backline-fpga-cli-split-with-a-long-name",
+                      init_args={"board": "which FPGA board", "clock_mhz": "its clock"}),
         ]
 
 
@@ -467,7 +468,8 @@ def test_plugins_table_has_a_row_per_transport_part(capsys, two_part_transport):
     host, fpga = sorted(rows, key=lambda line: "fpga" in line)
     assert "backline-transport-cli-split" in host and "serves cpu/controller, cpu/coprocessor" in host
     assert "backline-fpga-cli-split-with-a-long-name" in fpga and "serves fpga/controller" in fpga
-    assert "needs a network endpoint" in fpga
+    assert "needs a network endpoint" in fpga and fpga.endswith("; keys board, clock_mhz")
+    assert "keys" not in host  # a part without keys of its own says none
     # the columns line up: what each part serves starts in the same column on every row
     starts = {line.index("serves") for line in section if "serves" in line}
     assert len(starts) == 1, "\n".join(section)
