@@ -210,13 +210,22 @@ int bl_remote_alive(const bl_remote *r) {
     return 0;
 }
 
-uint64_t bl_remote_establish(bl_remote *r, bl_channel *ch, uint8_t *request_ring, uint8_t *reply_ring, void *impl) {
+uint64_t bl_remote_establish(bl_remote *r, bl_channel *ch, uint8_t *request_ring, uint8_t *reply_ring,
+                             const bl_remote_hooks *hooks, void *impl) {
     r->rings[0] = ch->request_ring = request_ring;
     r->rings[1] = ch->reply_ring = reply_ring;
     ch->slots = r->slots;
     ch->slot_bytes = r->slot_bytes;
     ch->impl = impl;
-    if (r->role != BL_CONTROLLER || !r->base) return 0;
+    if (r->role != BL_CONTROLLER) {
+        ch->deliver = hooks->coprocessor_deliver;
+        ch->poll = hooks->coprocessor_poll;
+        return 0;
+    }
+    ch->deliver = hooks->controller_deliver;
+    ch->poll = hooks->controller_poll;
+    ch->peer_alive = hooks->controller_alive;
+    if (!r->base) return 0;
     uint32_t slot = (uint32_t)((r->base - 1) & (r->slots - 1));
     for (int which = 0; which < 2; ++which)
         __atomic_store_n((uint64_t *)(r->rings[which] + (size_t)slot * r->slot_bytes), r->base, __ATOMIC_RELEASE);

@@ -109,12 +109,22 @@ int32_t bl_remote_connect(bl_remote *r, const uint8_t *peer, uint64_t deadline, 
  * connection has closed, else 1. */
 int bl_remote_alive(const bl_remote *r);
 
-/* Both roles, from establish_channel: the rings (this side's memory) and geometry into ch,
- * with ch->impl = impl; the transport sets its hooks. A controller's rings show what a shared
- * ring would after the last controller's rounds, so the core numbers its rounds from
- * base + 1, as the coprocessor expects. Returns the frames already counted in this side's
- * receive ring: the base for a controller, 0 for a coprocessor. */
-uint64_t bl_remote_establish(bl_remote *r, bl_channel *ch, uint8_t *request_ring, uint8_t *reply_ring, void *impl);
+/* A transport's channel hooks for each role (bl_channel's deliver, poll, peer_alive). */
+typedef struct bl_remote_hooks {
+    int32_t (*controller_deliver)(void *impl, uint64_t seq, uint32_t slot);
+    void (*controller_poll)(void *impl);
+    int32_t (*controller_alive)(void *impl);
+    int32_t (*coprocessor_deliver)(void *impl, uint64_t seq, uint32_t slot);
+    void (*coprocessor_poll)(void *impl);
+} bl_remote_hooks;
+
+/* Both roles, from establish_channel: the rings (this side's memory), geometry and this
+ * role's hooks into ch, with ch->impl = impl. A controller's rings show what a shared ring
+ * would after the last controller's rounds, so the core numbers its rounds from base + 1, as
+ * the coprocessor expects. Returns the frames already counted in this side's receive ring:
+ * the base for a controller, 0 for a coprocessor. */
+uint64_t bl_remote_establish(bl_remote *r, bl_channel *ch, uint8_t *request_ring, uint8_t *reply_ring,
+                             const bl_remote_hooks *hooks, void *impl);
 
 /* Coprocessor, from connect: listen on the endpoint (once). */
 int32_t bl_remote_listen(bl_remote *r, char *err, size_t n);

@@ -350,21 +350,20 @@ static int32_t rd_exchange_keys(void *impl, uint64_t deadline, char *err, size_t
     return m->r.role == BL_CONTROLLER ? ctl_exchange(m, deadline, err, n) : BL_OK;
 }
 
+static const bl_remote_hooks hooks = {
+    .controller_deliver = ctl_deliver,
+    .controller_poll = ctl_poll,
+    .controller_alive = ctl_alive,
+    .coprocessor_deliver = cop_deliver,
+    .coprocessor_poll = cop_poll,
+};
+
 static int32_t rd_establish(void *impl, bl_channel *ch, uint64_t deadline, char *err, size_t n) {
     (void)deadline;
     (void)err;
     (void)n;
     struct rd *m = impl;
-    uint64_t base = bl_remote_establish(&m->r, ch, ring(m, 0), ring(m, 1), m);
-    if (m->r.role == BL_CONTROLLER) {
-        ch->deliver = ctl_deliver;
-        ch->poll = ctl_poll;
-        ch->peer_alive = ctl_alive;
-        m->received = base; /* replies to this controller's rounds come after the base */
-    } else {
-        ch->deliver = cop_deliver;
-        ch->poll = cop_poll;
-    }
+    m->received = bl_remote_establish(&m->r, ch, ring(m, 0), ring(m, 1), &hooks, m); /* replies come after it */
     return BL_OK;
 }
 
