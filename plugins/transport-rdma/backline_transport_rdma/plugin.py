@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from backline_core import Command, Transport, hookimpl
+from backline_core.hookspecs import REMOTE_INIT_ARGS
 
 from . import get_library
 
@@ -42,9 +43,7 @@ def backline_transports() -> list[Transport]:
                 "ib_port": "port of the device, from 1 (default: its first active port)",
                 "gid_index": "GID index to send from (default: the first RoCE v2 GID with an IPv4-mapped address, "
                              "else the first RoCE v2 GID)",
-                "cpu": "coprocessor: pin its poller thread to this CPU",
-                "rt_priority": "coprocessor: SCHED_FIFO priority 1-99 for its poller thread, best effort (it says what "
-                               "was applied); 0: none (default)",
+                **REMOTE_INIT_ARGS,
             },
         )
     ]

@@ -7,6 +7,7 @@ from typing import Any
 
 from backline_core import Transport, hookimpl
 from backline_core.errors import TransportError
+from backline_core.hookspecs import REMOTE_INIT_ARGS
 
 from . import get_library
 
@@ -41,9 +42,7 @@ def backline_transports() -> list[Transport]:
             init_args={
                 "tls": "UCX transports: shm (posix, sysv), tcp, or auto (UCX's own choice, the default); both sides "
                        "need one in common",
-                "cpu": "coprocessor: pin its poller thread to this CPU",
-                "rt_priority": "coprocessor: SCHED_FIFO priority 1-99 for its poller thread, best effort (it says what "
-                               "was applied); 0: none (default)",
+                **REMOTE_INIT_ARGS,
             },
         )
     ]
