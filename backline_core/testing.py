@@ -5,6 +5,7 @@ on an ``Endpoint``), so that each plugin's tests do not carry their own copy.
 * :func:`endpoint_config` -- the configuration string of a node that uses ``host:port``.
 * :class:`ServeProcess` -- ``backline coprocessor serve`` in a child process, as a context
   manager that waits for its ``ready`` line and kills and reaps it at the end.
+* :func:`one_line` -- the single line a CLI error must be (no traceback).
 * :func:`gone` and :func:`children_running` -- whether a process has ended, and which of this
   process's children still run a given program (nothing may be left behind).
 
@@ -38,7 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-__all__ = ["ServeProcess", "children_running", "endpoint_config", "free_port", "gone"]
+__all__ = ["ServeProcess", "children_running", "endpoint_config", "free_port", "gone", "one_line"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -52,6 +53,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def one_line(stderr: str) -> str:
+    """The one non-blank line of ``stderr``; AssertionError if there are more, or a traceback.
+
+    >>> one_line("backline: error: --port 0: give 1 to 65535\\n")
+    'backline: error: --port 0: give 1 to 65535'
+    """
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"want one line, got:\n{stderr}"
+    assert "Traceback" not in stderr
+    return lines[0]
 
 
 def gone(pid: int | None) -> bool:

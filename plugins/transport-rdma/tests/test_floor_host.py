@@ -13,7 +13,7 @@ import pytest
 
 from backline_core.bench import BenchConfig, BenchResult, Series, format_report
 from backline_core.errors import BacklineError, NotFoundError
-from backline_core.testing import children_running
+from backline_core.testing import children_running, one_line
 from backline_transport_rdma import floor
 
 TIMEOUT_S = 60
@@ -38,13 +38,6 @@ def serve(*args: str) -> subprocess.CompletedProcess:
 def backline(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "backline_core.cli", *args], capture_output=True, text=True,
                           timeout=TIMEOUT_S)
-
-
-def one_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, f"want one line, got:\n{stderr}"
-    assert "Traceback" not in stderr
-    return lines[0]
 
 
 def test_bench_floor_without_a_device_is_one_line_and_starts_nothing() -> None:

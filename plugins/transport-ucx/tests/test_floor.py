@@ -17,7 +17,7 @@ import pytest
 
 from backline_core.bench import BenchConfig
 from backline_core.errors import BacklineError, DeadlineError, PeerError
-from backline_core.testing import children_running, gone
+from backline_core.testing import children_running, gone, one_line
 from backline_transport_ucx import floor
 
 HOST = "127.0.0.1"
@@ -32,13 +32,6 @@ def serve(*args: str) -> subprocess.CompletedProcess:
 def backline(*args: str, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "backline_core.cli", *args], capture_output=True, text=True,
                           timeout=timeout)
-
-
-def one_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, f"want one line, got:\n{stderr}"
-    assert "Traceback" not in stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize("tls", ["shm", "tcp"])
