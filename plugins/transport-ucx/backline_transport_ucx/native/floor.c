@@ -70,6 +70,7 @@ struct bl_ucx_floor {
     uint64_t tx_counter;    /* the header of the message in flight: valid until its reply */
     uint64_t rx_counter;    /* stored (release) by the handler once rx holds its message */
     char protocol_error[200];
+    uint8_t hello[FL_HELLO_BYTES], accept_[FL_ACCEPT_BYTES]; /* the handshake's (large: not on a stack) */
 };
 
 static struct bl_ucx_floor *floor_new(void) {
@@ -209,18 +210,18 @@ static int32_t admit(void *ctx, int fd) {
     char *err = h->f.error;
     size_t n = sizeof h->f.error;
     uint64_t deadline = bl_oob_now_ns() + h->f.connect_timeout_ns;
-    static uint8_t hello[FL_HELLO_BYTES], accept_[FL_ACCEPT_BYTES]; /* large: off the stack (one serve at a time) */
-    memset(accept_, 0, sizeof accept_);
-    int32_t rc = bl_floor_recv_msg(&protocol, fd, BL_FLOOR_HELLO, hello, sizeof hello, deadline, "a peer", err, n);
+    uint8_t *hello = h->hello, *accept_ = h->accept_;
+    memset(accept_, 0, FL_ACCEPT_BYTES);
+    int32_t rc = bl_floor_recv_msg(&protocol, fd, BL_FLOOR_HELLO, hello, FL_HELLO_BYTES, deadline, "a peer", err, n);
     if (rc) return 0;
     uint32_t payload = bl_oob_get32(hello);
     if (bl_floor_check_payload(payload, err, n))
-        return bl_floor_refuse(&protocol, &h->f, fd, BL_EINVAL, accept_, sizeof accept_, deadline);
+        return bl_floor_refuse(&protocol, &h->f, fd, BL_EINVAL, accept_, FL_ACCEPT_BYTES, deadline);
     if ((rc = ux_address_get(hello + 8, h->peer, &h->peer_len, "the initiator", err, n)) ||
         (rc = make_path(h, payload, err, n)) || (rc = ux_address_put(&h->w, accept_ + 4, err, n)))
-        return bl_floor_refuse(&protocol, &h->f, fd, rc, accept_, sizeof accept_, deadline);
+        return bl_floor_refuse(&protocol, &h->f, fd, rc, accept_, FL_ACCEPT_BYTES, deadline);
     char why[256];
-    if ((rc = bl_floor_send_msg(&protocol, fd, BL_FLOOR_ACCEPT, accept_, sizeof accept_, deadline, why, sizeof why)))
+    if ((rc = bl_floor_send_msg(&protocol, fd, BL_FLOOR_ACCEPT, accept_, FL_ACCEPT_BYTES, deadline, why, sizeof why)))
         return BL_FLOOR_FAIL(&h->f, BL_EPEER, "the initiator went away during the handshake: %s", why);
     return 1;
 }
@@ -239,8 +240,7 @@ BL_API int32_t bl_ucx_floor_open(const char *host, int32_t port, const char *tls
     *out = NULL;
     struct bl_ucx_floor *h = floor_new();
     if (!h) return bl_oob_fail(err, n, BL_ENOMEM, "out of memory");
-    static uint8_t hello[FL_HELLO_BYTES], accept_[FL_ACCEPT_BYTES]; /* large: off the caller's stack */
-    memset(hello, 0, sizeof hello);
+    uint8_t *hello = h->hello, *accept_ = h->accept_; /* zeroed with the handle */
     bl_oob_put32(hello, payload_bytes);
     int32_t rc = bl_floor_init(&h->f, 0, host, port, -1, timeout_ms, err, n);
     if (rc || (rc = bl_floor_check_payload(payload_bytes, err, n)) || (rc = open_worker(h, tls, AM_PONG, err, n)) ||
@@ -250,7 +250,7 @@ BL_API int32_t bl_ucx_floor_open(const char *host, int32_t port, const char *tls
     char who[300];
     snprintf(who, sizeof who, "the peer at %s:%d", host, port);
     if ((rc = bl_floor_dial(&h->f, "backline_transport_ucx.floor", deadline, err, n)) ||
-        (rc = bl_floor_exchange(&protocol, &h->f, hello, sizeof hello, accept_, sizeof accept_, deadline, err, n)) ||
+        (rc = bl_floor_exchange(&protocol, &h->f, hello, FL_HELLO_BYTES, accept_, FL_ACCEPT_BYTES, deadline, err, n)) ||
         (rc = ux_address_get(accept_ + 4, h->peer, &h->peer_len, who, err, n)) ||
         (rc = make_path(h, payload_bytes, err, n)))
         goto fail;
