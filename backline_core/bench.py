@@ -33,6 +33,7 @@ from .bound_function import BoundFunction
 from .coprocessor_function import CoprocessorFunction
 from .deployment import connect_controller, deploy
 from .errors import BacklineError, from_status
+from .hookspecs import HARDWARE
 from .native import ffi, last_error, lib
 from .placement import RUNS_IN, Controller, Coprocessor, Endpoint, Placement
 from .resolution import resolve
@@ -50,6 +51,11 @@ class BenchConfig:
     """What `backline bench` runs (its command-line options, one to one)."""
 
     transport: str = "memcpy"
+    #: the controller's hardware: a controller part with its own bench (Transport.controller_bench,
+    #: e.g. the FPGA engine) runs the bench when it is not "cpu"
+    controller_hardware: str = "cpu"
+    #: with such a controller: "sw" (a software kick per round) or "hw" (its hardware issues the rounds)
+    loop: str = "sw"
     runs_in: str | None = None  # where the coprocessor runs; None: the transport's default
     coprocessor_fn: str = "echo"
     rounds: int = 1_000_000
@@ -90,6 +96,15 @@ class BenchConfig:
                               ("--driver", self.driver), ("--cadence", self.cadence)):
             if not isinstance(value, str) or not value:
                 raise BacklineError(f"{option} {value!r}: must be a non-empty name")
+        if self.controller_hardware not in HARDWARE:
+            raise BacklineError(f"--controller-hardware {self.controller_hardware!r}: choose one of "
+                                f"{', '.join(HARDWARE)}")
+        if self.loop not in ("sw", "hw"):
+            raise BacklineError(f"--loop {self.loop!r}: choose sw (a software kick per round) or hw (the "
+                                "controller's hardware issues the rounds)")
+        if self.loop == "hw" and self.controller_hardware == "cpu":
+            raise BacklineError("--loop hw: rounds issued by the controller's hardware need a controller that has "
+                                "it, e.g. --controller-hardware fpga")
         if not isinstance(self.host, str) or not self.host.strip():
             raise BacklineError(f"--host {self.host!r}: give an address of this machine, e.g. 127.0.0.1")
         if self.runs_in is not None and self.runs_in not in RUNS_IN:
@@ -421,8 +436,9 @@ def _expected_steane() -> tuple[bytes, bytes]:
     return bytes(syndromes), bytes(corrections)
 
 
-class _Runner:
-    """Holds native buffers and the bench configuration struct."""
+class RoundRunner:
+    """Issues a run's rounds (the native driver, the Python loop, a driver plugin, the shm floor) and
+    counts lost and mismatched replies; holds the native buffers and the bench configuration struct."""
 
     def __init__(self, cfg: BenchConfig) -> None:
         self.cfg = cfg
@@ -598,6 +614,17 @@ def run(cfg: BenchConfig, report: Callable[[str], None] = lambda s: None) -> Ben
         raise BacklineError(f"--transport-arg {unknown[0]}: not a key of transport {cfg.transport!r} (its keys: "
                             f"{keys})")
     init_args.update(cfg.transport_args)
+    if cfg.controller_hardware != "cpu":
+        ctl = plugins.transport_backend(cfg.transport, cfg.controller_hardware, "controller")
+        if ctl.controller_bench is None:
+            raise BacklineError(f"--controller-hardware {cfg.controller_hardware}: {ctl.distribution or 'its plugin'} "
+                                f"has no bench of its own for a {cfg.controller_hardware} controller of transport "
+                                f"{cfg.transport!r}")
+        if cfg.peer is not None:
+            raise BacklineError(f"--peer: a {cfg.controller_hardware} controller's bench starts its coprocessor here; "
+                                "leave --peer out")
+        return ctl.controller_bench(cfg, function=function, table=table, out_bytes=out_bytes,
+                                    init_args=init_args, report=report)
     if cfg.peer is not None:
         return _run_with_peer(cfg, part, function, init_args, table, out_bytes, report)
     runs_in = cfg.runs_in or part.runs_in[0]
@@ -743,7 +770,7 @@ def _measure(cfg: BenchConfig, session: Any, report: Callable[[str], None],
     during the floor's blocks and continued before the framework's (their warm-up rounds
     absorb its wake-up); the floor's responder is paused during the framework's. The caller
     continues the spinner afterwards, whatever happened."""
-    runner = _Runner(cfg)
+    runner = RoundRunner(cfg)
     run_floor = floor.run if floor is not None else runner.floor
     if table is not None:
         runner.set_table(*table)
@@ -922,7 +949,12 @@ def _check_writable(option: str, path: str) -> None:
             pass
 
 
-def main_report(result: BenchResult, json_path: str | None, plot_path: str | None) -> str:
+def main_report(result: Any, json_path: str | None, plot_path: str | None) -> str:
+    if not isinstance(result, BenchResult):  # a controller's own bench (Transport.controller_bench)
+        if json_path:
+            with open(json_path, "w") as fh:
+                json.dump(result.to_json(), fh, indent=2)
+        return str(result.text())
     text = format_report(result)
     if json_path:
         write_json(result, json_path)

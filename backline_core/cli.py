@@ -27,6 +27,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn
 
 from .errors import BacklineError
+from .hookspecs import HARDWARE
 
 #: this process's parent when the module was imported (as early as ``coprocessor serve``
 #: can look): a --parent-pid equal to it is watched as the parent it is
@@ -146,7 +147,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from . import bench
 
     cfg = bench.BenchConfig(
-        transport=args.transport, runs_in=args.runs_in, coprocessor_fn=args.coprocessor_fn,
+        transport=args.transport, controller_hardware=args.controller_hardware, loop=args.loop, runs_in=args.runs_in, coprocessor_fn=args.coprocessor_fn,
         rounds=args.rounds, payload_bytes=args.payload_bytes, cadence=args.cadence, gap_ns=args.gap_ns,
         gap_span=args.gap_span, seed=args.seed, controller_cpu=args.controller_cpu,
         coprocessor_cpu=args.coprocessor_cpu, driver=args.driver,
@@ -420,6 +421,10 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="round-trip benchmark; prints framework/floor ratios",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     b.add_argument("--transport", default="memcpy")
+    b.add_argument("--controller-hardware", default="cpu", choices=HARDWARE,
+                   help="the controller's hardware; fpga: the engine's own bench (backline-transport-fpga)")
+    b.add_argument("--loop", default="sw", choices=("sw", "hw"),
+                   help="with --controller-hardware fpga: a software kick per round (sw) or the engine's pacer (hw)")
     b.add_argument("--runs-in", default=None, choices=("controller-thread", "thread", "process", "executor"),
                    help="where the coprocessor runs (default: the transport's first choice); executor: in a "
                         "local executor (needs backline-executor-orc)")

@@ -87,6 +87,13 @@ class Transport:
     same path, or None) with ``reference_note`` (what it ran, or why not); with ``cfg.peer`` the
     floor's far end is the peer's (``cfg.peer_address()``), started there. Without one the bench
     uses the shared-memory floor.
+    ``controller_bench``, if given, is a controller part's own benchmark, for a controller whose
+    rounds its hardware times (the FPGA engine counts cycles; a host clock cannot see its round
+    trip): ``backline bench --controller-hardware H`` calls ``controller_bench(cfg, function=...,
+    table=..., out_bytes=..., init_args=..., report=...)`` (the bench's config, the built
+    :class:`~backline_core.CoprocessorFunction`, its payload table or None for echo, the reply
+    size, the coprocessor's init_args and the progress callback) and prints what it returns: an
+    object with ``text()``, ``to_json()``, ``lost`` and ``mismatched``.
     ``distribution`` is filled in by the registry.
     """
 
@@ -99,6 +106,7 @@ class Transport:
     init_args: Mapping[str, str] = field(default_factory=dict)
     idle: str = "sleeps"
     bench_floor: Callable[..., Any] | None = None
+    controller_bench: Callable[..., Any] | None = None
     distribution: str = ""
 
     def __post_init__(self) -> None:
