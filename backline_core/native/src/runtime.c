@@ -934,10 +934,14 @@ static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header
                 if (s->ch.peer_alive && now > next_alive) {
                     next_alive = now + 1000000;
                     tl_error[0] = 0;
-                    if (bl__load_acquire(&h->seq) != seq && !s->ch.peer_alive(s->ch.impl)) {
+                    int32_t alive = 1;
+                    if (bl__load_acquire(&h->seq) != seq && (alive = s->ch.peer_alive(s->ch.impl)) <= 0) {
                         s->collected = s->posted;
                         char why[ERR_MAX / 2];
                         snprintf(why, sizeof why, "%s%s", tl_error[0] ? ": " : "", tl_error);
+                        if (alive < 0) /* the backend's own verdict on the round (a controller's timeout) */
+                            return fail(alive, "%s (controller '%s'): round %llu failed%s", call, s->key,
+                                        (unsigned long long)seq, why);
                         return fail(BL_EPEER, "%s (controller '%s'): the coprocessor died before answering round %llu%s",
                                     call, s->key, (unsigned long long)seq, why);
                     }

@@ -224,7 +224,9 @@ BL_API int32_t bl_fn_steane(void *ctx, uint32_t decoder_id, const uint8_t *in, u
  * them, and optional hooks. `deliver` runs on the round path right after this side
  * publishes a frame (controller: a request; coprocessor: a reply) -- NULL when the
  * memory is shared and nothing needs to move. `peer_alive` is polled rarely while
- * waiting so a dead peer is reported early (NULL: rely on the deadline). `doorbell`
+ * waiting so a dead peer is reported early (NULL: rely on the deadline): 1 alive, 0 gone
+ * (the round fails with BL_EPEER), or a negative bl_status the round fails with (a controller
+ * whose hardware timed the round out: BL_ETIMEOUT), with its text through error_text. `doorbell`
  * (NULL: none) is a futex word pair in the shared region that lets an idle
  * coprocessor sleep: doorbell[0] = "coprocessor sleeping" flag, doorbell[1] = counter. */
 typedef struct bl_channel {
