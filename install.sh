@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install Backline: the core, then the plugins, which are built against
 # the installed core's header (hence --no-build-isolation).
-#   ./install.sh          everything needed to run (core, memcpy, rdma and ucx transports, BP+OSD decoder,
+#   ./install.sh          everything needed to run (core, memcpy, rdma and ucx transports, the FPGA controller
+#                         of rdma, BP+OSD decoder,
 #                         compiler with its PennyLane frontend, stim device, ORC executor)
 #   ./install.sh --dev    plus what the test suite needs (pytest, ldpc, stim/sinter, CPU torch + triton)
 set -euo pipefail
@@ -36,6 +37,8 @@ if [ "$dev" = 1 ]; then
   .venv/bin/pip install -e '.[plot,test]'
   .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e 'plugins/decoder-bpod[test,sinter]' \
     -e 'plugins/transport-rdma[test]' -e 'plugins/transport-ucx[test]'
+  # built against the installed rdma plugin's verbs set-up (its setup.py imports it): after it
+  .venv/bin/pip install --no-build-isolation -e 'plugins/transport-fpga[test]'
   .venv/bin/pip install -e 'compiler[frontend,test]'
   .venv/bin/pip install -e plugins/device-stim -e 'plugins/executor-orc[test]'
   # The CPU build of torch (pinned: newer releases pull a multi-GB CUDA build); Triton
@@ -45,6 +48,7 @@ else
   .venv/bin/pip install -e '.[plot]'
   .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e plugins/decoder-bpod -e plugins/transport-rdma \
     -e plugins/transport-ucx
+  .venv/bin/pip install --no-build-isolation -e plugins/transport-fpga
   .venv/bin/pip install -e 'compiler[frontend]'
   .venv/bin/pip install -e plugins/device-stim -e plugins/executor-orc
 fi

@@ -1,0 +1,332 @@
+"""The engine model (libbackline_hwhs_model) on a machine without a verbs device.
+
+The model runs in a subprocess (``hwhs_model_run`` through ctypes) and this test pokes its
+register window like a driver that gets things wrong: every mistake must come back as
+STATUS.axi_err with an ERR_CODE and a text, never as a crash or a hang. The RDMA path itself
+is checked in the Soft-RoCE guest (tests/guest).
+
+The library is ``backline_transport_fpga.get_model_library()`` (or $BACKLINE_HWHS_MODEL_LIB);
+without a built one these tests skip.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import Iterator
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NATIVE = os.path.join(HERE, os.pardir, "backline_transport_fpga", "native")
+NO_DEVICE = "backline-no-such-dev"  # a verbs device no machine has
+MEM_BYTES = 1 << 20
+
+
+def header_constants(path: str) -> dict[str, int]:
+    """The ``#define NAME number`` lines of a header."""
+    out: dict[str, int] = {}
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"\s*#define\s+(\w+)\s+(-?(?:0x[0-9a-fA-F]+|\d+))\b", line)
+            if m:
+                out[m.group(1)] = int(m.group(2), 0)
+    return out
+
+
+H = header_constants(os.path.join(NATIVE, "hwhs.h"))
+# The model's commit conventions (model.c): the request bit, cleared by the model when done.
+COMMIT_REQ = 0x80000000
+QPCTX_REQ = 0x40000000
+
+
+def model_library() -> str:
+    path = os.environ.get("BACKLINE_HWHS_MODEL_LIB")
+    if not path:
+        try:
+            from backline_transport_fpga import get_model_library
+            path = get_model_library()
+        except ImportError:
+            path = os.path.join(HERE, os.pardir, "backline_transport_fpga", "libbackline_hwhs_model.so")
+    if not os.path.exists(path):
+        pytest.skip(f"the engine model library is not built ({path})")
+    return path
+
+
+RUNNER = r"""
+import ctypes, sys
+class Config(ctypes.Structure):
+    _fields_ = [("window", ctypes.c_char_p), ("device", ctypes.c_char_p), ("ib_port", ctypes.c_int32),
+                ("gid_index", ctypes.c_int32), ("mem_bytes", ctypes.c_uint64), ("cpu", ctypes.c_int32),
+                ("parent_pid", ctypes.c_int32)]
+lib = ctypes.CDLL(sys.argv[1])
+lib.hwhs_model_run.restype = ctypes.c_int32
+lib.hwhs_model_run.argtypes = [ctypes.POINTER(Config), ctypes.c_char_p, ctypes.c_uint64]
+config = Config(sys.argv[2].encode(), sys.argv[3].encode(), 0, -1, int(sys.argv[4]), -1, 0)
+err = ctypes.create_string_buffer(1024)
+rc = lib.hwhs_model_run(ctypes.byref(config), err, len(err))
+print("rc", rc, err.value.decode(), flush=True)
+sys.exit(0 if rc == 0 else 3)
+"""
+
+
+def spawn(window: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", RUNNER, model_library(), window, NO_DEVICE, str(MEM_BYTES)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def read_line(proc: subprocess.Popen, timeout: float) -> str:
+    assert proc.stdout is not None
+    line = b""
+    deadline = time.monotonic() + timeout
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
+            break
+        byte = os.read(proc.stdout.fileno(), 1)
+        if not byte:
+            break
+        line += byte
+    return line.decode()
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    for stream in (proc.stdout, proc.stderr):
+        if stream:
+            stream.close()
+
+
+class Window:
+    """The model's window, mapped here: 32-bit loads and stores like the driver's."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDWR)
+        self.mm = mmap.mmap(self.fd, H["HWHS_WIN_MEM"] + MEM_BYTES)
+
+    def close(self) -> None:
+        self.mm.close()
+        os.close(self.fd)
+
+    def rd(self, off: int) -> int:
+        return ctypes.c_uint32.from_buffer(self.mm, off).value
+
+    def wr(self, off: int, v: int) -> None:
+        ctypes.c_uint32.from_buffer(self.mm, off).value = v
+
+    def reg(self, name: str) -> int:
+        return self.rd(H["HWHS_WIN_REGS"] + H[name])
+
+    def set(self, name: str, v: int) -> None:
+        self.wr(H["HWHS_WIN_REGS"] + H[name], v)
+
+    def set64(self, name_lo: str, v: int) -> None:
+        self.wr(H["HWHS_WIN_REGS"] + H[name_lo], v & 0xFFFFFFFF)
+        self.wr(H["HWHS_WIN_REGS"] + H[name_lo] + 4, v >> 32)
+
+    def qp(self, q: int, name: str) -> int:
+        return H["HWHS_WIN_ERNIC"] + H["ERNIC_QP_BLOCK"] + q * H["ERNIC_QP_STRIDE"] + H[name]
+
+    def ernic(self, name: str) -> int:
+        return H["HWHS_WIN_ERNIC"] + H[name]
+
+    def info_text(self, name: str, size: int) -> str:
+        off = H["HWHS_WIN_INFO"] + H[name]
+        return bytes(self.mm[off:off + size]).split(b"\0", 1)[0].decode()
+
+    def error_text(self) -> str:
+        return self.info_text("HWHS_INFO_ERROR", 256)
+
+    def wait(self, what, timeout: float = 2.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if what():
+                return True
+            time.sleep(0.001)
+        return bool(what())
+
+    def commit(self, name: str, value: int) -> None:
+        """A commit request; the model clears the register when it has acted."""
+        self.set(name, value)
+        assert self.wait(lambda: self.reg(name) == 0), f"{name} was not taken"
+
+    def start_and_fail(self) -> int:
+        """CTRL start, expecting the start to be refused: its ERR_CODE."""
+        self.set("HWHS_CTRL", H["HWHS_CTRL_START"])
+        # W1P: the model clears the pulse once it has acted, so STATUS already has the result
+        assert self.wait(lambda: self.reg("HWHS_CTRL") == 0)
+        status = self.reg("HWHS_STATUS")
+        assert status & H["HWHS_STATUS_AXI_ERR"], hex(status)
+        assert status & H["HWHS_STATUS_STATE_MASK"] == H["HWHS_S_IDLE"]
+        assert not status & H["HWHS_STATUS_BUSY"]
+        return self.reg("HWHS_ERR_CODE")
+
+
+@pytest.fixture
+def model(tmp_path) -> Iterator[tuple[subprocess.Popen, Window, str]]:
+    path = str(tmp_path / "window")
+    proc = spawn(path)
+    w = None
+    try:
+        line = read_line(proc, 10)
+        assert line == f"ready {path} pid {proc.pid}\n", (line, proc.stderr.read() if proc.poll() is not None else "")
+        w = Window(path)
+        yield proc, w, path
+    finally:
+        if w:
+            w.close()
+        stop(proc)
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def test_information_block(model):
+    proc, w, _ = model
+    info = H["HWHS_WIN_INFO"]
+    assert w.rd(info + H["HWHS_INFO_MAGIC"]) == H["HWHS_MAGIC"]
+    assert w.rd(info + H["HWHS_INFO_VERSION"]) == H["HWHS_MODEL_VERSION"]
+    assert w.rd(info + H["HWHS_INFO_PID"]) == proc.pid
+    assert w.rd(info + H["HWHS_INFO_CLOCK_HZ"]) == H["HWHS_CLOCK_HZ"]
+    assert ctypes.c_uint64.from_buffer(w.mm, info + H["HWHS_INFO_MEM_BYTES"]).value == MEM_BYTES
+    assert w.info_text("HWHS_INFO_DEVICE", 64) == ""
+    alive = w.rd(info + H["HWHS_INFO_ALIVE"])
+    assert w.wait(lambda: w.rd(info + H["HWHS_INFO_ALIVE"]) - alive >= 5, 1.0)
+
+
+def test_start_with_nothing_committed(model):
+    _, w, _ = model
+    assert w.start_and_fail() == H["HWHS_E_NO_WQE"]
+    assert "no WQE committed at RUN_WQE_IDX 0" in w.error_text()
+
+
+def stage_wqe(w: Window) -> None:
+    bus = H["HWHS_MEM_BUS_BASE"]
+    w.set("HWHS_WQE_QP_REF", 0)
+    w.set("HWHS_WQE_OPCODE", 3)
+    w.set("HWHS_WQE_XFER_LEN", 56)
+    w.set("HWHS_WQE_RKEY", 0x1234)
+    w.set64("HWHS_WQE_VA_LO", 0x7F0000001000)
+    w.set64("HWHS_WQE_OFFS_LO", bus + 0x10008)
+    w.set("HWHS_WQE_WRID", 7)
+    w.commit("HWHS_WQE_COMMIT", 0 | COMMIT_REQ)
+    w.set("HWHS_RUN_WQE_IDX", 0)
+
+
+def test_start_without_queue_pair(model):
+    _, w, _ = model
+    stage_wqe(w)
+    assert w.start_and_fail() == H["HWHS_E_NO_QPCTX"]
+    w.set("HWHS_QP_NUM", 1)
+    w.set64("HWHS_SQBASE_LO", H["HWHS_MEM_BUS_BASE"])
+    w.set("HWHS_SQ_DEPTH", 16)
+    w.commit("HWHS_QPCTX_COMMIT", 0 | QPCTX_REQ)
+    assert w.start_and_fail() == H["HWHS_E_QP_NOT_HWHS"]
+    assert "ERNIC QP 1 is not enabled" in w.error_text()
+    # an out-of-range WQE index is refused, and the request still cleared
+    w.commit("HWHS_WQE_COMMIT", 99 | COMMIT_REQ)
+    assert w.reg("HWHS_ERR_CODE") == H["HWHS_E_CONFIG"]
+
+
+def test_soft_reset(model):
+    _, w, _ = model
+    stage_wqe(w)
+    w.set("HWHS_ROUND_CNT", 41)
+    w.set("HWHS_RING_IDX", 3)
+    assert w.start_and_fail() == H["HWHS_E_NO_QPCTX"]
+    w.set("HWHS_CTRL", H["HWHS_CTRL_RESET"])
+    assert w.wait(lambda: w.reg("HWHS_STATUS") == 0 and w.reg("HWHS_ROUND_CNT") == 0)
+    assert w.reg("HWHS_RING_IDX") == 0
+    assert w.reg("HWHS_ERR_CODE") == 0
+    assert w.reg("HWHS_TRACE_CNT") == 0
+    assert w.start_and_fail() == H["HWHS_E_NO_WQE"]  # the WQE store is cleared too
+
+
+def test_paced_start_checks(model):
+    _, w, _ = model
+    w.set("HWHS_DEMO_CTRL", H["HWHS_DEMO_START"])
+    assert w.wait(lambda: w.reg("HWHS_DEMO_CTRL") == 0)
+    assert w.reg("HWHS_STATUS") & H["HWHS_STATUS_AXI_ERR"]
+    assert w.reg("HWHS_ERR_CODE") == H["HWHS_E_NO_WQE"]
+    assert w.reg("HWHS_DEMO_STS") & H["HWHS_DEMO_DONE"]
+    w.set("HWHS_DEMO_CTRL", H["HWHS_DEMO_RESET"])
+    assert w.wait(lambda: w.reg("HWHS_DEMO_STS") == 0)
+
+
+def test_queue_pair_and_memory_without_device(model):
+    _, w, _ = model
+    w.wr(w.qp(0, "ERNIC_QUEUE_DEPTH"), 16 | 64 << 16)
+    w.wr(w.qp(0, "ERNIC_SNDQ_BUF_BASE_LO"), H["HWHS_MEM_BUS_BASE"] & 0xFFFFFFFF)
+    w.wr(w.qp(0, "ERNIC_SNDQ_BUF_BASE_HI"), H["HWHS_MEM_BUS_BASE"] >> 32)
+    w.wr(w.qp(0, "ERNIC_QP_CONF"), H["ERNIC_QP_ENABLE"] | 2 << H["ERNIC_QP_PMTU_SHIFT"])
+    assert w.wait(lambda: w.rd(w.qp(0, "ERNIC_QP_STATE")) == H["ERNIC_QPS_ERROR"])
+    text = w.error_text()
+    assert NO_DEVICE in text and "no verbs device" in text, text
+    w.wr(w.qp(0, "ERNIC_QP_CONF"), 0)
+    assert w.wait(lambda: w.rd(w.qp(0, "ERNIC_QP_STATE")) == H["ERNIC_QPS_RESET"])
+    # memory registration fails the same way
+    w.wr(w.ernic("ERNIC_MR_ADDR_LO"), H["HWHS_MEM_BUS_BASE"] & 0xFFFFFFFF)
+    w.wr(w.ernic("ERNIC_MR_ADDR_HI"), H["HWHS_MEM_BUS_BASE"] >> 32)
+    w.wr(w.ernic("ERNIC_MR_LEN_LO"), 4096)
+    w.wr(w.ernic("ERNIC_MR_COMMIT"), 1)
+    assert w.wait(lambda: w.rd(w.ernic("ERNIC_MR_COMMIT")) == 0)
+    assert w.rd(w.ernic("ERNIC_MR_STATUS")) == H["ERNIC_MR_FAILED"]
+    assert NO_DEVICE in w.error_text()
+
+
+def test_sigterm_removes_the_window(model):
+    proc, w, path = model
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(5) == 0
+    assert read_line(proc, 2).startswith("rc 0")
+    assert not os.path.exists(path)
+
+
+def test_existing_window_is_refused(tmp_path):
+    path = str(tmp_path / "window")
+    with open(path, "w") as f:
+        f.write("someone else's")
+    proc = spawn(path)
+    try:
+        assert proc.wait(10) == 3
+        out = read_line(proc, 2)
+        assert out.startswith("rc -") and "exists already" in out and path in out, out
+        with open(path) as f:
+            assert f.read() == "someone else's"
+    finally:
+        stop(proc)
+
+
+def test_random_register_writes_neither_crash_nor_hang_the_model(model):
+    """A driver gone mad: random values into every register and the DMA memory, starts among them."""
+    import random
+
+    proc, w, _ = model
+    rng = random.Random(1234)
+    regs = [H["HWHS_WIN_REGS"] + 4 * k for k in range(H["HWHS_GAP_LOG"] // 4)]
+    ernic = [H["HWHS_WIN_ERNIC"] + H["ERNIC_MR_ADDR_LO"] + 4 * k for k in range(24)]
+    qps = [w.qp(q, "ERNIC_QP_CONF") + 4 * k for q in range(8) for k in range(64)]
+    bus = H["HWHS_MEM_BUS_BASE"]
+    interesting = [0, 1, 2, 3, 4, 7, 8, 63, 64, 0xFFFF, 0x80000000, 0x40000000, 0xFFFFFFFF, bus & 0xFFFFFFFF, bus >> 32]
+    for _ in range(4000):
+        off = rng.choice(regs + ernic + qps)
+        w.wr(off, rng.choice(interesting) if rng.random() < 0.7 else rng.getrandbits(32))
+        if rng.random() < 0.05:
+            w.wr(H["HWHS_WIN_MEM"] + 8 * rng.randrange(MEM_BYTES // 8), rng.getrandbits(32))
+    w.set("HWHS_CTRL", H["HWHS_CTRL_RESET"])
+    assert w.wait(lambda: w.reg("HWHS_CTRL") == 0 and not w.reg("HWHS_STATUS") & H["HWHS_STATUS_BUSY"])
+    alive = w.rd(H["HWHS_WIN_INFO"] + H["HWHS_INFO_ALIVE"])
+    assert w.wait(lambda: w.rd(H["HWHS_WIN_INFO"] + H["HWHS_INFO_ALIVE"]) != alive, 1.0)
+    assert proc.poll() is None
