@@ -509,6 +509,22 @@ def _plugin_command(argv: Sequence[str]) -> Any:
 _BUILTIN_COMMANDS = ("plugins", "bench", "coprocessor", "executor", "demo")
 
 
+def run_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
+    """Parse ``argv`` and run the parsed ``func(args)``: a plugin command's ``main`` with this command
+    line's conventions (a usage error or a failure is one line and status 2; Ctrl-C is 130)."""
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as exc:  # --help (0), or a usage error already reported in one line (2)
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+    try:
+        return int(args.func(args))
+    except (BacklineError, OSError) as exc:
+        _fail(str(exc) or type(exc).__name__)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:

@@ -95,8 +95,13 @@ class EngineBench:
 
     def text(self) -> str:
         cfg, us = self.cfg, 1e6 / self.clock_hz
-        gaps = (f"cadence={cfg.cadence}" if cfg.cadence == "b2b" else
-                f"cadence=random-delayed (FREQ {cfg.gap_ns // 5} cycles + LFSR & {cfg.gap_span:#x}, seed {cfg.seed})")
+        if cfg.cadence == "b2b":
+            gaps = "cadence=b2b"
+        elif cfg.loop == "hw":  # the engine's pacer, in its cycles
+            gaps = (f"cadence=random-delayed (pacer: FREQ {cfg.gap_ns * self.clock_hz // 10**9} cycles + LFSR & "
+                    f"{cfg.gap_span:#x} cycles, seed {cfg.seed})")
+        else:  # the issuing thread's gaps, on the host clock
+            gaps = f"cadence=random-delayed ({cfg.gap_ns} ns + LFSR & {cfg.gap_span:#x} ns before each kick, seed {cfg.seed})"
         lines = [
             f"backline bench: transport=rdma controller=fpga (engine model on {self.device or 'no device'}) "
             f"loop={cfg.loop} {gaps} fn={cfg.coprocessor_fn} payload={cfg.payload_bytes} B rounds={cfg.rounds:,}",

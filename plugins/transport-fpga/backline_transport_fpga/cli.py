@@ -12,8 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from backline_core.cli import Parser, one_line
-from backline_core.errors import BacklineError
+from backline_core.cli import Parser, run_command
 
 from . import model
 from .native import hwhs
@@ -67,14 +66,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``backline fpga ARGV`` and return its exit status."""
-    try:
-        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exc:  # --help (0), or a usage error already reported in one line (2)
-        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
-    try:
-        return int(args.func(args))
-    except (BacklineError, OSError) as exc:
-        print(f"backline: error: {one_line(str(exc) or type(exc).__name__)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_command(build_parser(), sys.argv[1:] if argv is None else argv)

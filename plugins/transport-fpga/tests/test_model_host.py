@@ -5,8 +5,7 @@ register window like a driver that gets things wrong: every mistake must come ba
 STATUS.axi_err with an ERR_CODE and a text, never as a crash or a hang. The RDMA path itself
 is checked in the Soft-RoCE guest (tests/guest).
 
-The library is ``backline_transport_fpga.get_model_library()`` (or $BACKLINE_HWHS_MODEL_LIB);
-without a built one these tests skip.
+The model runs as ``python -m backline_transport_fpga.model`` (``backline fpga model``).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-import re
 import select
 import signal
 import subprocess
@@ -24,61 +22,32 @@ from typing import Iterator
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-NATIVE = os.path.join(HERE, os.pardir, "backline_transport_fpga", "native")
+from backline_core.testing import one_line
+from backline_transport_fpga import get_model_library
+from backline_transport_fpga.native import hwhs
+
 NO_DEVICE = "backline-no-such-dev"  # a verbs device no machine has
 MEM_BYTES = 1 << 20
 
 
-def header_constants(path: str) -> dict[str, int]:
-    """The ``#define NAME number`` lines of a header."""
-    out: dict[str, int] = {}
-    with open(path) as f:
-        for line in f:
-            m = re.match(r"\s*#define\s+(\w+)\s+(-?(?:0x[0-9a-fA-F]+|\d+))\b", line)
-            if m:
-                out[m.group(1)] = int(m.group(2), 0)
-    return out
+class _Constants:
+    """hwhs.h's numbers (through cffi, as the package reads them), by name: H["HWHS_CTRL"]."""
+
+    def __getitem__(self, name: str) -> int:
+        return int(getattr(hwhs(), name))
 
 
-H = header_constants(os.path.join(NATIVE, "hwhs.h"))
-# The model's commit conventions (model.c): the request bit, cleared by the model when done.
-COMMIT_REQ = 0x80000000
-QPCTX_REQ = 0x40000000
-
-
-def model_library() -> str:
-    path = os.environ.get("BACKLINE_HWHS_MODEL_LIB")
-    if not path:
-        try:
-            from backline_transport_fpga import get_model_library
-            path = get_model_library()
-        except ImportError:
-            path = os.path.join(HERE, os.pardir, "backline_transport_fpga", "libbackline_hwhs_model.so")
-    if not os.path.exists(path):
-        pytest.skip(f"the engine model library is not built ({path})")
-    return path
-
-
-RUNNER = r"""
-import ctypes, sys
-class Config(ctypes.Structure):
-    _fields_ = [("window", ctypes.c_char_p), ("device", ctypes.c_char_p), ("ib_port", ctypes.c_int32),
-                ("gid_index", ctypes.c_int32), ("mem_bytes", ctypes.c_uint64), ("cpu", ctypes.c_int32),
-                ("parent_pid", ctypes.c_int32)]
-lib = ctypes.CDLL(sys.argv[1])
-lib.hwhs_model_run.restype = ctypes.c_int32
-lib.hwhs_model_run.argtypes = [ctypes.POINTER(Config), ctypes.c_char_p, ctypes.c_uint64]
-config = Config(sys.argv[2].encode(), sys.argv[3].encode(), 0, -1, int(sys.argv[4]), -1, 0)
-err = ctypes.create_string_buffer(1024)
-rc = lib.hwhs_model_run(ctypes.byref(config), err, len(err))
-print("rc", rc, err.value.decode(), flush=True)
-sys.exit(0 if rc == 0 else 3)
-"""
+H = _Constants()
+COMMIT_REQ = H["HWHS_REQ_COMMIT"]
+QPCTX_REQ = H["HWHS_REQ_QPCTX"]
 
 
 def spawn(window: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", RUNNER, model_library(), window, NO_DEVICE, str(MEM_BYTES)],
+    """The model as `backline fpga model` runs it, on a device no machine has."""
+    if not os.path.exists(get_model_library()):
+        pytest.skip(f"the engine model library is not built ({get_model_library()})")
+    return subprocess.Popen([sys.executable, "-m", "backline_transport_fpga.model", "--window", window, "--device",
+                             NO_DEVICE, "--mem-mib", str(MEM_BYTES >> 20)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -290,8 +259,8 @@ def test_sigterm_removes_the_window(model):
     proc, w, path = model
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(5) == 0
-    assert read_line(proc, 2).startswith("rc 0")
     assert not os.path.exists(path)
+    assert os.listdir(os.path.dirname(path)) == []  # nor its temporary name
 
 
 def test_existing_window_is_refused(tmp_path):
@@ -300,11 +269,12 @@ def test_existing_window_is_refused(tmp_path):
         f.write("someone else's")
     proc = spawn(path)
     try:
-        assert proc.wait(10) == 3
-        out = read_line(proc, 2)
-        assert out.startswith("rc -") and "exists already" in out and path in out, out
+        assert proc.wait(10) == 2
+        out = proc.stderr.read().decode()
+        assert "exists already" in one_line(out) and path in out, out
         with open(path) as f:
             assert f.read() == "someone else's"
+        assert os.listdir(tmp_path) == ["window"]
     finally:
         stop(proc)
 

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from backline_core.cli import Parser, cpu_or_none, one_line
+from backline_core.cli import Parser, cpu_or_none, run_command
 from backline_core.errors import BacklineError
 
 NO_DEVICES = "no RDMA devices: libibverbs finds none; for Soft-RoCE: rdma link add rxe0 type rxe netdev IFACE"
@@ -145,14 +145,4 @@ def build_parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``backline rdma ARGV`` and return its exit status."""
-    try:
-        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exc:  # --help (0), or a usage error already reported in one line (2)
-        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
-    try:
-        return int(args.func(args))
-    except (BacklineError, OSError) as exc:
-        print(f"backline: error: {one_line(str(exc) or type(exc).__name__)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_command(build_parser(), sys.argv[1:] if argv is None else argv)

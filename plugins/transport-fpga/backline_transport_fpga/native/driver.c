@@ -30,8 +30,6 @@
 #include <time.h>
 
 /* ---- the model's request conventions (see above); change them here ---- */
-#define HWHS_REQ_COMMIT 0x80000000u /* WQE_COMMIT, RING_RESET: bit31 = request */
-#define HWHS_REQ_QPCTX 0x40000000u  /* QPCTX_COMMIT: bit30 = request (bit31 is the rebind flag) */
 #define HWHS_MR_COMMIT_GO 1u        /* ERNIC MR_COMMIT value */
 /* CQ_DB_ADDR in hardware-handshake mode: the reference's notes write "qp + 1". */
 #define ERNIC_CQ_DB_ADDR_OF(qpn) ((qpn) + 1u)

@@ -76,17 +76,17 @@
 #define HWHS_WQE_OFFS_LO 84       /* local address (bus) */
 #define HWHS_WQE_OFFS_HI 88
 #define HWHS_WQE_WRID 92          /* [15:0] */
-#define HWHS_WQE_COMMIT 96        /* write an index: store the staged WQE fields at WQE store[index] */
+#define HWHS_WQE_COMMIT 96        /* index | HWHS_REQ_COMMIT: store the staged WQE fields at WQE store[index] */
 #define HWHS_RUN_WQE_IDX 100      /* which stored WQE a round sends */
 #define HWHS_TIMER_QP_SEL 104     /* which QP's reply latches the RTT (must be the context's QP_NUM) */
 #define HWHS_REPLY_BUF_LO 108     /* reply ring bus address */
 #define HWHS_REPLY_BUF_HI 112
 #define HWHS_REPLY_SEQ_OFF 116    /* byte offset of the u64 sequence number in a slot (request and reply) */
-#define HWHS_QPCTX_COMMIT 124     /* [2:0] commit QP_NUM, SQBASE, SQ_DEPTH into QP context [2:0]; bit31 rebind */
+#define HWHS_QPCTX_COMMIT 124     /* [2:0] | HWHS_REQ_QPCTX: commit QP_NUM, SQBASE, SQ_DEPTH into context [2:0]; bit31 rebind */
 #define HWHS_WQE_QP_REF 132       /* which QP context the staged WQE uses */
 #define HWHS_WQE_RING_CFG 136     /* bit0 ring_en, [13:8] local stride log2, [21:16] remote stride log2 */
 #define HWHS_WQE_RING_LEN 140     /* [15:0] buffers in the ring (a power of two) */
-#define HWHS_RING_RESET 144       /* write a WQE index: zero its ring index */
+#define HWHS_RING_RESET 144       /* WQE index | HWHS_REQ_COMMIT: zero its ring index */
 #define HWHS_REPLY_RING 148       /* [5:0] reply stride log2 (reply slot = ring index) */
 #define HWHS_RING_IDX 152         /* MODEL: ring index of RUN_WQE_IDX's WQE; writable while idle */
 #define HWHS_ERR_CODE 160         /* MODEL: why axi_err or timeout was set (HWHS_E_*); INFO_ERROR has the text */
@@ -125,6 +125,14 @@
 #define HWHS_TRACE_FULL 1
 #define HWHS_TRACE_SATURATED 2
 #define HWHS_QPCTX_REBIND 2147483648
+/* MODEL: a commit register is written with a request bit, and the model writes 0 into it once it
+ * has acted (or refused: STATUS.axi_err with ERR_CODE), so the driver can wait for that: the model
+ * cannot see a register written twice with the same value, as a PL register file sees its AXI
+ * write strobe. WQE_COMMIT and RING_RESET: index | HWHS_REQ_COMMIT; QPCTX_COMMIT: ctx |
+ * HWHS_REQ_QPCTX (| HWHS_QPCTX_REBIND). W1P registers (CTRL, DEMO_CTRL, MR_COMMIT) read 0 once the
+ * model has taken them, with their effect (STATUS, DEMO_STS, MR_STATUS) already published. */
+#define HWHS_REQ_COMMIT 2147483648
+#define HWHS_REQ_QPCTX 1073741824
 #define HWHS_WQE_STORE 16         /* stored WQEs */
 #define HWHS_QP_CONTEXTS 8
 #define HWHS_MAX_PAY_LEN 4096

@@ -53,9 +53,6 @@
 
 #define BL_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-/* The request bits of the commit registers (see the top of this file). */
-#define COMMIT_REQ 0x80000000u      /* WQE_COMMIT, RING_RESET */
-#define QPCTX_REQ 0x40000000u       /* QPCTX_COMMIT (bit31 is HWHS_QPCTX_REBIND) */
 
 #define N_QPS 8u
 #define MAX_MRS 8
@@ -1087,8 +1084,8 @@ static void poll_controls(model *m) {
         if (v & HWHS_DEMO_START) eng_start(m, 1);
         done_pulse(m, HR(HWHS_DEMO_CTRL), v);
     }
-    if (BL_UNLIKELY((v = rd(m, HR(HWHS_WQE_COMMIT))) & COMMIT_REQ)) {
-        uint32_t k = v & ~COMMIT_REQ;
+    if (BL_UNLIKELY((v = rd(m, HR(HWHS_WQE_COMMIT))) & (uint32_t)HWHS_REQ_COMMIT)) {
+        uint32_t k = v & ~(uint32_t)HWHS_REQ_COMMIT;
         if (e->busy) {
             eng_flag(m, HWHS_E_BUSY, "WQE_COMMIT of WQE %u while a round is in flight", k);
         } else if (k >= HWHS_WQE_STORE) {
@@ -1109,8 +1106,8 @@ static void poll_controls(model *m) {
         }
         wr(m, HR(HWHS_WQE_COMMIT), 0);
     }
-    if (BL_UNLIKELY((v = rd(m, HR(HWHS_RING_RESET))) & COMMIT_REQ)) {
-        uint32_t k = v & ~COMMIT_REQ;
+    if (BL_UNLIKELY((v = rd(m, HR(HWHS_RING_RESET))) & (uint32_t)HWHS_REQ_COMMIT)) {
+        uint32_t k = v & ~(uint32_t)HWHS_REQ_COMMIT;
         if (e->busy)
             eng_flag(m, HWHS_E_BUSY, "RING_RESET of WQE %u while a round is in flight", k);
         else if (k >= HWHS_WQE_STORE)
@@ -1119,7 +1116,7 @@ static void poll_controls(model *m) {
             wr(m, HR(HWHS_RING_IDX), 0); /* one ring index: the one of the WQE that runs */
         wr(m, HR(HWHS_RING_RESET), 0);
     }
-    if (BL_UNLIKELY((v = rd(m, HR(HWHS_QPCTX_COMMIT))) & QPCTX_REQ)) {
+    if (BL_UNLIKELY((v = rd(m, HR(HWHS_QPCTX_COMMIT))) & (uint32_t)HWHS_REQ_QPCTX)) {
         uint32_t c = v & (HWHS_QP_CONTEXTS - 1u);
         if (e->busy) {
             eng_flag(m, HWHS_E_BUSY, "QPCTX_COMMIT of context %u while a round is in flight", c);
@@ -1264,13 +1261,18 @@ BL_API int32_t hwhs_model_run(const hwhs_model_config *c, char *err, uint64_t er
     if (!m) return bl_oob_fail(err, n, BL_ENOMEM, "out of memory");
     m->mem_bytes = (mem + 4095u) & ~4095ull;
     for (unsigned q = 0; q < N_QPS; ++q) m->qp[q].idx = q;
+    /* a signal during set-up is seen by the loop, which then ends at once and cleans up */
+    g_stop = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &g_old_term);
+    sigaction(SIGINT, &sa, &g_old_int);
     int fd = -1;
     char tmp[4096];
     int32_t rc = window_create(m, c->window, tmp, sizeof tmp, &fd, err, n);
-    if (rc) {
-        free(m);
-        return rc;
-    }
+    if (rc) goto fail;
 
     /* the ERNIC's device; without one the model runs on and says why at each QP enable and MR */
     if (c->device && *c->device)
@@ -1296,17 +1298,8 @@ BL_API int32_t hwhs_model_run(const hwhs_model_config *c, char *err, uint64_t er
         if (m->dev_open) rv_close_device(&m->dev);
         munmap(m->win, m->win_bytes);
         close(fd);
-        free(m);
-        return rc;
+        goto fail;
     }
-
-    g_stop = 0;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, &g_old_term);
-    sigaction(SIGINT, &sa, &g_old_int);
 
     printf("ready %s pid %d\n", c->window, (int)getpid());
     fflush(stdout);
@@ -1320,8 +1313,10 @@ BL_API int32_t hwhs_model_run(const hwhs_model_config *c, char *err, uint64_t er
     munmap(m->win, m->win_bytes);
     window_remove(c->window, fd);
     close(fd);
+    rc = BL_OK;
+fail:
     free(m);
     sigaction(SIGTERM, &g_old_term, NULL);
     sigaction(SIGINT, &g_old_int, NULL);
-    return BL_OK;
+    return rc;
 }

@@ -6,27 +6,17 @@
 #define _GNU_SOURCE
 #include "window.h"
 
+#include <backline/oob.h> /* bl_oob_fail: the error helper of the backend library this is part of */
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int32_t fail(char *err, size_t n, int32_t rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int32_t fail(char *err, size_t n, int32_t rc, const char *fmt, ...) {
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 /* The open (and locked) file of each mapping, closed at unmap. */
 #define MAX_MAPS 64
@@ -58,78 +48,78 @@ static uint64_t get_le(const uint8_t *p, unsigned bytes) {
 int32_t hwhs_window_map(const char *path, hwhs_window *w, void **base, size_t *bytes, char *err, size_t n) {
     *base = NULL;
     *bytes = 0;
-    if (!path || !*path) return fail(err, n, BL_EINVAL, "window=: give the engine's window file");
+    if (!path || !*path) return bl_oob_fail(err, n, BL_EINVAL, "window=: give the engine's window file");
     int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
         if (e == ENOENT)
-            return fail(err, n, BL_ENOTFOUND, "window=%s: no such file; start the engine model (backline fpga model "
+            return bl_oob_fail(err, n, BL_ENOTFOUND, "window=%s: no such file; start the engine model (backline fpga model "
                         "--window %s) or, on a board, give the engine's device", path, path);
         if (e == ELOOP)
-            return fail(err, n, BL_EINVAL, "window=%s is a symbolic link: refusing a window another user could "
+            return bl_oob_fail(err, n, BL_EINVAL, "window=%s is a symbolic link: refusing a window another user could "
                         "control; give the model's file itself", path);
-        return fail(err, n, e == EACCES || e == EPERM ? BL_EINVAL : BL_EBACKEND, "window=%s: %s", path, strerror(e));
+        return bl_oob_fail(err, n, e == EACCES || e == EPERM ? BL_EINVAL : BL_EBACKEND, "window=%s: %s", path, strerror(e));
     }
     int32_t rc;
     struct stat st;
     if (fstat(fd, &st)) {
-        rc = fail(err, n, BL_EBACKEND, "window=%s: fstat: %s", path, strerror(errno));
+        rc = bl_oob_fail(err, n, BL_EBACKEND, "window=%s: fstat: %s", path, strerror(errno));
         goto out;
     }
     if (!S_ISREG(st.st_mode)) {
-        rc = fail(err, n, BL_EINVAL, "window=%s is not a regular file: the engine model's window is one (a board's "
+        rc = bl_oob_fail(err, n, BL_EINVAL, "window=%s is not a regular file: the engine model's window is one (a board's "
                   "engine is not mapped through this key)", path);
         goto out;
     }
     if (st.st_uid != geteuid()) {
-        rc = fail(err, n, BL_EINVAL, "window=%s is owned by uid %u, not this user (uid %u): refusing a window another "
+        rc = bl_oob_fail(err, n, BL_EINVAL, "window=%s is owned by uid %u, not this user (uid %u): refusing a window another "
                   "user could control", path, (unsigned)st.st_uid, (unsigned)geteuid());
         goto out;
     }
     if (st.st_mode & 077) {
-        rc = fail(err, n, BL_EINVAL, "window=%s is open to group or others (mode %04o): refusing a window another user "
+        rc = bl_oob_fail(err, n, BL_EINVAL, "window=%s is open to group or others (mode %04o): refusing a window another user "
                   "could control (the model creates it 0600)", path, (unsigned)(st.st_mode & 07777));
         goto out;
     }
     if ((uint64_t)st.st_size < HWHS_WIN_MEM) {
-        rc = fail(err, n, BL_EINVAL, "window=%s has %lld bytes, too few for an engine model's window (at least %u "
+        rc = bl_oob_fail(err, n, BL_EINVAL, "window=%s has %lld bytes, too few for an engine model's window (at least %u "
                   "before its DMA memory)", path, (long long)st.st_size, (unsigned)HWHS_WIN_MEM);
         goto out;
     }
     uint8_t info[16];
     if (pread(fd, info, sizeof info, HWHS_WIN_INFO) != (ssize_t)sizeof info) {
-        rc = fail(err, n, BL_EBACKEND, "window=%s: cannot read its information block", path);
+        rc = bl_oob_fail(err, n, BL_EBACKEND, "window=%s: cannot read its information block", path);
         goto out;
     }
     uint32_t magic = (uint32_t)get_le(info + HWHS_INFO_MAGIC, 4);
     uint64_t mem_bytes = get_le(info + HWHS_INFO_MEM_BYTES, 8);
     if (magic == 0) {
-        rc = fail(err, n, BL_ENOTFOUND, "window=%s: the engine model has not finished starting (no magic yet); wait "
+        rc = bl_oob_fail(err, n, BL_ENOTFOUND, "window=%s: the engine model has not finished starting (no magic yet); wait "
                   "for its ready line", path);
         goto out;
     }
     if (magic != HWHS_MAGIC) {
-        rc = fail(err, n, BL_EINVAL, "the window at %s is not an engine model's (magic 0x%08x, not 0x%08x)", path, magic,
+        rc = bl_oob_fail(err, n, BL_EINVAL, "the window at %s is not an engine model's (magic 0x%08x, not 0x%08x)", path, magic,
                   (unsigned)HWHS_MAGIC);
         goto out;
     }
     if (!mem_bytes || mem_bytes > (uint64_t)st.st_size - HWHS_WIN_MEM) {
-        rc = fail(err, n, BL_EINVAL, "window=%s has %lld bytes, but its model says it holds %llu bytes of DMA memory "
+        rc = bl_oob_fail(err, n, BL_EINVAL, "window=%s has %lld bytes, but its model says it holds %llu bytes of DMA memory "
                   "after offset %u", path, (long long)st.st_size, (unsigned long long)mem_bytes, (unsigned)HWHS_WIN_MEM);
         goto out;
     }
     if (flock(fd, LOCK_EX | LOCK_NB)) {
         int e = errno;
         rc = e == EWOULDBLOCK
-                 ? fail(err, n, BL_EBUSY, "window=%s is in use by another controller session: the engine serves one "
+                 ? bl_oob_fail(err, n, BL_EBUSY, "window=%s is in use by another controller session: the engine serves one "
                         "at a time (close the other, or start another model with its own --window)", path)
-                 : fail(err, n, BL_EBACKEND, "window=%s: flock: %s", path, strerror(e));
+                 : bl_oob_fail(err, n, BL_EBACKEND, "window=%s: flock: %s", path, strerror(e));
         goto out;
     }
     size_t len = (size_t)(HWHS_WIN_MEM + mem_bytes);
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
-        rc = fail(err, n, BL_EBACKEND, "window=%s: mmap of %zu bytes: %s", path, len, strerror(errno));
+        rc = bl_oob_fail(err, n, BL_EBACKEND, "window=%s: mmap of %zu bytes: %s", path, len, strerror(errno));
         goto out;
     }
     uint8_t *b = p;

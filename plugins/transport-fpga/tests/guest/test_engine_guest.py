@@ -18,7 +18,6 @@ from backline_core import Controller, Coprocessor, CoprocessorFunction, Endpoint
 from backline_core.deployment import deploy
 from backline_core.errors import BacklineError, DeadlineError, PeerError
 from backline_core.testing import ServeProcess, endpoint_config, free_port
-from backline_transport_fpga.model import EngineModel
 from backline_transport_fpga.native import backend, hwhs
 
 HOST = "127.0.0.1"
