@@ -604,6 +604,78 @@ BL_API int32_t bl_fpga_paced_finish(const char *key, uint64_t timeout_ms, bl_fpg
     return rc;
 }
 
+static int32_t sw_rounds(struct fp *m, const bl_fpga_sw *c, uint64_t *cycles, uint64_t *host_ns,
+                         bl_fpga_sw_result *r) {
+    uint32_t room = m->r.slot_bytes - BL_FRAME_HEADER_BYTES;
+    if (!c || (c->collect != BL_FPGA_COLLECT_SLOT && c->collect != BL_FPGA_COLLECT_STATUS) || !c->payloads ||
+        !c->expected || !c->n_payloads || c->payload_bytes > room || c->expected_bytes > room) {
+        snprintf(m->error, sizeof m->error, "bl_fpga_sw_rounds: give collect 0 (slot) or 1 (status) and a payload "
+                 "table whose requests and replies fit the %u-byte slot payload", room);
+        return BL_EINVAL;
+    }
+    if (m->paced_active || __atomic_load_n(&m->broken, __ATOMIC_ACQUIRE)) {
+        snprintf(m->error, sizeof m->error, "the engine is running a paced run, or was aborted in flight or reset; "
+                 "open a new session");
+        return BL_ESTATE;
+    }
+    uint64_t wait = c->timeout_ms ? c->timeout_ms * 1000000ull : m->r.timeout_ns;
+    int32_t rc = settle(m, hwhs_now_ns() + wait);
+    if (rc) return rc;
+    __atomic_store_n(&m->spent, 1, __ATOMIC_RELEASE); /* the core's sequence stops here */
+    uint64_t rb = ring_bytes(m);
+    for (uint64_t k = 0; k < c->rounds; ++k) {
+        uint64_t seq = m->kicked + 1;
+        size_t at = (size_t)((seq - 1) & (m->r.slots - 1)) * m->r.slot_bytes;
+        bl_frame_header *req = (bl_frame_header *)(m->rings.ptr + at);
+        const bl_frame_header *rep = (const bl_frame_header *)(m->rings.ptr + rb + at);
+        uint32_t row = (uint32_t)(k % c->n_payloads);
+        uint64_t t0 = hwhs_now_ns(), deadline = t0 + wait;
+        req->len = c->payload_bytes;
+        req->decoder_id = c->decoder_id;
+        req->status = 0;
+        req->flags = 0;
+        req->reserved = 0;
+        memcpy(req + 1, c->payloads + (size_t)row * c->payload_bytes, c->payload_bytes);
+        __atomic_store_n(&req->seq, seq, __ATOMIC_RELEASE);
+        if ((rc = hwhs_kick(&m->d, deadline, m->error, sizeof m->error))) return rc;
+        m->kicked = seq;
+        if (c->collect == BL_FPGA_COLLECT_SLOT) {
+            rc = hwhs_wait_reply(&m->d, &rep->seq, seq, deadline, m->error, sizeof m->error);
+            /* the RTT is latched in NEXT, a moment after the reply is seen */
+            if (!rc) rc = hwhs_wait_status(&m->d, deadline, m->error, sizeof m->error);
+        } else {
+            rc = hwhs_wait_status(&m->d, deadline, m->error, sizeof m->error);
+            if (!rc && __atomic_load_n(&rep->seq, __ATOMIC_ACQUIRE) != seq) {
+                snprintf(m->error, sizeof m->error, "the engine said round %llu was done, but its reply slot holds "
+                         "round %llu", (unsigned long long)seq,
+                         (unsigned long long)__atomic_load_n(&rep->seq, __ATOMIC_ACQUIRE));
+                rc = BL_EPEER;
+            }
+        }
+        if (rc) return rc;
+        if (host_ns) host_ns[k] = hwhs_now_ns() - t0;
+        if (cycles) cycles[k] = hwhs_rtt_cycles(&m->d);
+        if (rep->status != BL_OK || rep->len != c->expected_bytes ||
+            memcmp(rep + 1, c->expected + (size_t)row * c->expected_bytes, c->expected_bytes))
+            r->mismatched++;
+        r->done++;
+    }
+    return BL_OK;
+}
+
+BL_API int32_t bl_fpga_sw_rounds(const char *key, const bl_fpga_sw *c, uint64_t *cycles, uint64_t *host_ns,
+                                 bl_fpga_sw_result *r) {
+    struct fp *m = acquire(key);
+    if (!m) return BL_ENOTFOUND;
+    bl_fpga_sw_result none;
+    if (!r) r = &none;
+    memset(r, 0, sizeof *r);
+    int32_t rc = sw_rounds(m, c, cycles, host_ns, r);
+    if (rc) tl_fail(rc, key, m->error);
+    release(m);
+    return rc;
+}
+
 BL_API int32_t bl_fpga_abort(const char *key) {
     struct fp *m = acquire(key);
     if (!m) return BL_ENOTFOUND;

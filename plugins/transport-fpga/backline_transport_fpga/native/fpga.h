@@ -42,6 +42,38 @@ typedef struct bl_fpga_wqe {
     uint32_t imm;           /* host order; encoded big-endian */
 } bl_fpga_wqe;
 
+/* The reference driver's sw-loop, beside the core's round path: for each round, write the
+ * request slot (header, payload k of the table, the sequence number last with release order),
+ * kick (CTRL start), collect by polling the reply slot's sequence number (collect
+ * BL_FPGA_COLLECT_SLOT: "stuck" past the deadline) or by STATUS (BL_FPGA_COLLECT_STATUS: done,
+ * or timeout / axi_err as distinct errors), read RTT_HI:RTT_LO, compare the reply. */
+#define BL_FPGA_COLLECT_SLOT 0
+#define BL_FPGA_COLLECT_STATUS 1
+
+typedef struct bl_fpga_sw {
+    uint64_t rounds;
+    int32_t collect;           /* BL_FPGA_COLLECT_* */
+    uint32_t decoder_id;
+    const uint8_t *payloads;   /* n_payloads requests of payload_bytes, cycled */
+    uint32_t payload_bytes;
+    uint32_t n_payloads;
+    const uint8_t *expected;   /* the reply each request must get, expected_bytes each */
+    uint32_t expected_bytes;
+    uint64_t timeout_ms;       /* per round; 0: the session's timeout_ms */
+} bl_fpga_sw;
+
+typedef struct bl_fpga_sw_result {
+    uint64_t done;             /* rounds answered */
+    uint64_t mismatched;       /* replies that were not the expected one (or carried an error status) */
+} bl_fpga_sw_result;
+
+/* Run c->rounds such rounds on session `key`; cycles[k] and host_ns[k] (either may be NULL) get
+ * round k's engine RTT and its time on this thread from the slot write to the collect. The first
+ * failure ends the run with its status (r->done says how far it got). After it the session's
+ * core rounds are over (the driver numbered its own): open a new session for more. */
+int32_t bl_fpga_sw_rounds(const char *key, const bl_fpga_sw *c, uint64_t *cycles, uint64_t *host_ns,
+                          bl_fpga_sw_result *r);
+
 /* From now on, every round of session `key` stores the engine's RTT (RTT_HI:RTT_LO, cycles)
  * into buf[count] while count < cap (buf NULL: stop). The caller owns buf. */
 int32_t bl_fpga_record_cycles(const char *key, uint64_t *buf, uint64_t cap);

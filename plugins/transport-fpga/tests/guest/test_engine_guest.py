@@ -324,3 +324,60 @@ def test_backline_bench_with_the_fpga_controller(rdma_device: str, loop: str, fn
     assert "lost: 0  mismatched replies: 0" in r.stdout and "round 0:" in r.stdout
     assert ("compare errors (DEMO_ERR): 0" in r.stdout) == (loop == "hw")
     assert not [name for name in os.listdir("/dev/shm") if name.startswith("backline-hwhs-")]
+
+
+def sw_rounds(ffi, rounds: int, collect: int, requests: list[bytes], replies: list[bytes], timeout_ms: int = 0):
+    c = ffi.new("bl_fpga_sw *")
+    keep = (ffi.new("uint8_t[]", b"".join(requests)), ffi.new("uint8_t[]", b"".join(replies)))
+    c.rounds, c.collect, c.timeout_ms = rounds, collect, timeout_ms
+    c.payloads, c.payload_bytes, c.n_payloads = keep[0], len(requests[0]), len(requests)
+    c.expected, c.expected_bytes = keep[1], len(replies[0])
+    return c, keep
+
+
+@pytest.mark.parametrize("collect", ["slot", "status"])
+def test_the_drivers_own_sw_loop_collects_by_reply_slot_or_by_status(engine, collect: str) -> None:
+    ffi, lib = backend()
+    mode = lib.BL_FPGA_COLLECT_SLOT if collect == "slot" else lib.BL_FPGA_COLLECT_STATUS
+    with deploy(placement(engine.window, free_port(HOST)), in_bytes=1, out_bytes=1) as d:
+        s = d.session()
+        assert s.round(bytes([3])) == bytes([0x02])  # the core's rounds first; the driver's continue them
+        c, keep = sw_rounds(ffi, 40, mode, [bytes([k]) for k in range(8)], [bytes([x]) for x in STEANE])
+        cycles, host = ffi.new("uint64_t[40]"), ffi.new("uint64_t[40]")
+        r = ffi.new("bl_fpga_sw_result *")
+        assert lib.bl_fpga_sw_rounds(s.key.encode(), c, cycles, host, r) == 0, error_text()
+        assert (r.done, r.mismatched) == (40, 0)
+        assert all(0 < cycles[k] and cycles[k] * 5 <= host[k] for k in range(40))  # the engine's round is within ours
+        with pytest.raises(BacklineError, match="new session"):
+            s.round(bytes([1]))
+
+
+@pytest.mark.parametrize("collect", ["slot", "status"])
+def test_a_stopped_coprocessor_is_stuck_at_the_reply_slot_and_a_timeout_by_status(engine, collect: str) -> None:
+    """A coprocessor that stops answering: polling the reply slot gives up at the driver's own deadline
+    ("stuck"); waiting on STATUS ends with the engine's timeout (REPLY_TO = 2 s here): two errors."""
+    ffi, lib = backend()
+    port = free_port(HOST)
+    with ServeProcess("rdma", port, "echo", host=HOST, timeout_ms=SLOW) as serve:
+        s = Session.open("rdma", "controller", "dec", hardware="fpga", in_bytes=8, out_bytes=8,
+                         config=endpoint_config(HOST, port, window=engine.window, timeout_ms=4000))
+        try:
+            ping = [b"12345678"]
+            mode = lib.BL_FPGA_COLLECT_SLOT if collect == "slot" else lib.BL_FPGA_COLLECT_STATUS
+            c, keep = sw_rounds(ffi, 3, mode, ping, ping)
+            r = ffi.new("bl_fpga_sw_result *")
+            assert lib.bl_fpga_sw_rounds(s.key.encode(), c, ffi.NULL, ffi.NULL, r) == 0, error_text()
+            serve.proc.send_signal(signal.SIGSTOP)
+            c, keep = sw_rounds(ffi, 1, mode, ping, ping, timeout_ms=500 if collect == "slot" else 20000)
+            t0 = time.monotonic()
+            assert lib.bl_fpga_sw_rounds(s.key.encode(), c, ffi.NULL, ffi.NULL, r) == -3  # BL_ETIMEOUT
+            took = time.monotonic() - t0
+            print(f"collect by {collect}: {error_text()} after {took:.2f} s")
+            if collect == "slot":
+                assert "stuck" in error_text() and took < 1.9
+            else:
+                assert "the engine timed out" in error_text() and "REPLY_TO" in error_text() and took >= 1.9
+            assert r.done == 0
+        finally:
+            serve.proc.send_signal(signal.SIGCONT)
+            s.destroy()
