@@ -20,8 +20,10 @@ from typing import Any
 from backline_core.deployment import child_environment
 from backline_core.errors import BacklineError, DeadlineError, from_status
 
+from .native import default_window
+
 #: the model's default window: what the backend's `window` key defaults to
-DEFAULT_WINDOW = "/dev/shm/backline-hwhs-0"
+DEFAULT_WINDOW = default_window()
 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:

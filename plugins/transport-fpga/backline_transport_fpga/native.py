@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from typing import Any
 
 from cffi import FFI
@@ -24,6 +25,17 @@ def hwhs() -> Any:
     ffi = FFI()
     _cdef(ffi, "hwhs.h")
     return ffi.dlopen(None)
+
+
+@functools.cache
+def default_window() -> str:
+    """The window the backend maps when a controller names none (window.h's HWHS_DEFAULT_WINDOW:
+    cffi reads numbers, not strings, so this one line is read here)."""
+    with open(os.path.join(native_dir(), "window.h")) as fh:
+        found = re.search(r'^#define\s+HWHS_DEFAULT_WINDOW\s+"([^"]+)"', fh.read(), re.M)
+    if found is None:
+        raise RuntimeError("window.h defines no HWHS_DEFAULT_WINDOW")
+    return found.group(1)
 
 
 @functools.cache

@@ -41,7 +41,7 @@ def backline_transports() -> list[Transport]:
             controller_bench=_controller_bench,
             init_args={
                 "window": "the engine's register window: the engine model's file (`backline fpga model --window "
-                          "PATH`; default /dev/shm/backline-hwhs-0)",
+                          "PATH`; default that of `backline fpga model`)",
                 "qp": "ERNIC queue pair number, 1-8 (default 1)",
                 **REMOTE_INIT_ARGS,
             },
