@@ -58,7 +58,6 @@
 #define MAX_MRS 8
 #define SQ_MAX 1024u                /* the largest SQ depth (ERNIC QUEUE_DEPTH[15:0]) */
 #define RQ_MIN 16u                  /* receive entries at least */
-#define REPOST_BATCH 16u            /* receive entries are posted again this many at a time (as rdma.c) */
 #define DOORBELL_BATCH 32u          /* WQEs taken from one SQ per loop turn at most */
 #define INFO_DEVICE_BYTES 64u
 #define INFO_ERROR_BYTES 256u
@@ -93,10 +92,9 @@ typedef struct mqp {
     uint32_t completed; /* CQ_HEAD_PTR */
     uint32_t inflight; /* posted to verbs, not completed */
     uint32_t recv_cnt; /* QP_RECV_CNT */
-    uint32_t to_repost;
     uint16_t wrid[SQ_MAX]; /* per taken WQE (index % SQ_MAX): for its CQE */
     uint8_t op[SQ_MAX];
-    struct ibv_recv_wr rwr[REPOST_BATCH];
+    rv_recv recv;      /* its receive entries (verbs.h) */
     char err[200];
 } mqp;
 
@@ -446,16 +444,8 @@ static void qp_poll_recv(model *m, mqp *p) {
         p->recv_cnt++;
     }
     wr(m, QR(p->idx, ERNIC_QP_RECV_CNT), p->recv_cnt);
-    p->to_repost += (uint32_t)got;
-    while (p->to_repost >= REPOST_BATCH && !p->failed) {
-        struct ibv_recv_wr *bad = NULL;
-        int e = ibv_post_recv(p->q.qp, p->rwr, &bad);
-        if (BL_UNLIKELY(e)) {
-            qp_fail(m, p, "ERNIC QP %u: ibv_post_recv: %s", p->idx + 1, strerror(e));
-            break;
-        }
-        p->to_repost -= REPOST_BATCH;
-    }
+    int e = p->failed ? 0 : rv_recv_consumed(&p->q, &p->recv, (uint32_t)got);
+    if (BL_UNLIKELY(e)) qp_fail(m, p, "ERNIC QP %u: ibv_post_recv: %s", p->idx + 1, strerror(e));
 }
 
 static void qp_disable(model *m, mqp *p) {
@@ -515,29 +505,16 @@ static void qp_enable(model *m, mqp *p) {
         qp_fail(m, p, "ERNIC QP %u: %s", q + 1, err);
         return;
     }
-    for (uint32_t i = 0; i < REPOST_BATCH; ++i) { /* WRITE_WITH_IMM consumes an entry but no buffer */
-        memset(&p->rwr[i], 0, sizeof p->rwr[i]);
-        p->rwr[i].next = i + 1 < REPOST_BATCH ? &p->rwr[i + 1] : NULL;
-    }
-    for (uint32_t posted = 0; posted < p->q.rq_depth;) {
-        uint32_t k = p->q.rq_depth - posted < REPOST_BATCH ? p->q.rq_depth - posted : REPOST_BATCH;
-        struct ibv_recv_wr *bad = NULL;
-        p->rwr[k - 1].next = NULL;
-        int e = ibv_post_recv(p->q.qp, p->rwr, &bad);
-        p->rwr[k - 1].next = k < REPOST_BATCH ? &p->rwr[k] : NULL;
-        if (e) {
-            rv_qp_destroy(&p->q);
-            qp_fail(m, p, "ERNIC QP %u: ibv_post_recv: %s", q + 1, strerror(e));
-            return;
-        }
-        posted += k;
+    if (rv_recv_fill(&p->q, &p->recv, err, sizeof err)) {
+        rv_qp_destroy(&p->q);
+        qp_fail(m, p, "ERNIC QP %u: %s", q + 1, err);
+        return;
     }
     p->sq_bus = sq;
     p->depth = depth;
     p->taken = p->completed = rd(m, QR(q, ERNIC_SQ_PROD_IDX)); /* what was rung before the enable is not performed */
     p->inflight = 0;
     p->recv_cnt = 0;
-    p->to_repost = 0;
     p->live = 1;
     wr(m, QR(q, ERNIC_STAT_CUR_SQ_PTR), p->taken);
     wr(m, QR(q, ERNIC_CQ_HEAD_PTR), p->completed);

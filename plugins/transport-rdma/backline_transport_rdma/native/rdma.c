@@ -40,7 +40,6 @@
 
 #define BL_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define BL_LIKELY(x) __builtin_expect(!!(x), 1)
-#define REPOST_BATCH 16u /* receive entries are posted again this many at a time */
 
 static const char *const config_keys[] = {BL_REMOTE_CONFIG_KEYS, "device", "ib_port", "gid_index", NULL};
 
@@ -52,8 +51,7 @@ struct link {
     uint32_t rkey;
     struct ibv_sge sge;
     struct ibv_send_wr wr;
-    uint32_t to_repost;    /* receive entries consumed and not yet posted again */
-    struct ibv_recv_wr rwr[REPOST_BATCH];
+    rv_recv recv;          /* its receive entries */
     char error[200];
 };
 
@@ -95,7 +93,7 @@ static struct link *link_new(struct rd *m, char *err, size_t n, int32_t *rc) {
         return NULL;
     }
     /* Every frame in flight toward this side holds a receive entry until it is polled. */
-    *rc = rv_qp_create(&m->dev, &l->q, m->r.slots + REPOST_BATCH, err, n);
+    *rc = rv_qp_create(&m->dev, &l->q, m->r.slots + RV_REPOST_BATCH, err, n);
     if (*rc) {
         free(l);
         return NULL;
@@ -104,20 +102,9 @@ static struct link *link_new(struct rd *m, char *err, size_t n, int32_t *rc) {
     l->wr.sg_list = &l->sge;
     l->wr.num_sge = 1;
     l->wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-    for (uint32_t i = 0; i < REPOST_BATCH; ++i) /* WRITE_WITH_IMM consumes an entry but no buffer */
-        l->rwr[i].next = i + 1 < REPOST_BATCH ? &l->rwr[i + 1] : NULL;
-    for (uint32_t posted = 0; posted < l->q.rq_depth;) {
-        uint32_t k = l->q.rq_depth - posted < REPOST_BATCH ? l->q.rq_depth - posted : REPOST_BATCH;
-        struct ibv_recv_wr *bad = NULL;
-        l->rwr[k - 1].next = NULL;
-        int e = ibv_post_recv(l->q.qp, l->rwr, &bad);
-        l->rwr[k - 1].next = k < REPOST_BATCH ? &l->rwr[k] : NULL;
-        if (e) {
-            *rc = bl_oob_fail(err, n, BL_EBACKEND, "ibv_post_recv: %s", strerror(e));
-            link_free(l);
-            return NULL;
-        }
-        posted += k;
+    if ((*rc = rv_recv_fill(&l->q, &l->recv, err, n))) {
+        link_free(l);
+        return NULL;
     }
     return l;
 }
@@ -168,15 +155,9 @@ static void receive(struct rd *m, struct link *l, int which) {
         __atomic_store_n((uint64_t *)(ring(m, which) + (size_t)slot * m->r.slot_bytes), seq, __ATOMIC_RELEASE);
         m->received = seq;
     }
-    l->to_repost += (uint32_t)got;
-    if (l->to_repost >= REPOST_BATCH) {
-        struct ibv_recv_wr *bad = NULL;
-        if (BL_UNLIKELY(ibv_post_recv(l->q.qp, l->rwr, &bad))) {
-            snprintf(l->error, sizeof l->error, "ibv_post_recv failed");
-            l->q.dead = 1;
-            return;
-        }
-        l->to_repost -= REPOST_BATCH;
+    if (BL_UNLIKELY(rv_recv_consumed(&l->q, &l->recv, (uint32_t)got))) {
+        snprintf(l->error, sizeof l->error, "ibv_post_recv failed");
+        l->q.dead = 1;
     }
 }
 

@@ -410,3 +410,18 @@ void rv_peer_local(const rv_device *d, const rv_qp *q, const rv_memory *m, size_
     out->mtu = d->active_mtu;
 }
 
+
+int32_t rv_recv_fill(rv_qp *q, rv_recv *r, char *err, size_t n) {
+    memset(r, 0, sizeof *r);
+    for (uint32_t i = 0; i < RV_REPOST_BATCH; ++i) r->wr[i].next = i + 1 < RV_REPOST_BATCH ? &r->wr[i + 1] : NULL;
+    for (uint32_t posted = 0; posted < q->rq_depth;) {
+        uint32_t k = q->rq_depth - posted < RV_REPOST_BATCH ? q->rq_depth - posted : RV_REPOST_BATCH;
+        struct ibv_recv_wr *bad = NULL;
+        r->wr[k - 1].next = NULL; /* a shorter chain for the last, partial batch */
+        int e = ibv_post_recv(q->qp, r->wr, &bad);
+        r->wr[k - 1].next = k < RV_REPOST_BATCH ? &r->wr[k] : NULL;
+        if (e) return bl_oob_fail(err, n, BL_EBACKEND, "ibv_post_recv: %s", strerror(e));
+        posted += k;
+    }
+    return BL_OK;
+}

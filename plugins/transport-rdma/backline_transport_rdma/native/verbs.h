@@ -103,6 +103,30 @@ const char *rv_mtu_text(uint32_t mtu);
 void rv_peer_encode(const rv_peer *p, uint8_t out[RV_PEER_BYTES]);
 void rv_peer_decode(const uint8_t in[RV_PEER_BYTES], rv_peer *p);
 
+/* Receive entries for incoming WRITE_WITH_IMM, which consumes one and writes nothing into it (so
+ * they have no buffer): rv_recv_fill posts rq_depth of them, RV_REPOST_BATCH per call; as they
+ * are consumed, rv_recv_consumed posts them again RV_REPOST_BATCH at a time. The rdma backend's
+ * queue pairs and the FPGA engine model's share this. */
+#define RV_REPOST_BATCH 16u
+typedef struct rv_recv {
+    struct ibv_recv_wr wr[RV_REPOST_BATCH];
+    uint32_t to_repost; /* consumed and not yet posted again */
+} rv_recv;
+
+int32_t rv_recv_fill(rv_qp *q, rv_recv *r, char *err, size_t n);
+
+/* After `got` receive completions (per poll, on the round path): 0, or ibv_post_recv's errno. */
+static inline int rv_recv_consumed(rv_qp *q, rv_recv *r, uint32_t got) {
+    r->to_repost += got;
+    while (r->to_repost >= RV_REPOST_BATCH) {
+        struct ibv_recv_wr *bad = NULL;
+        int e = ibv_post_recv(q->qp, r->wr, &bad);
+        if (e) return e;
+        r->to_repost -= RV_REPOST_BATCH;
+    }
+    return 0;
+}
+
 /* The rdma transport's handshake magic (rdma.c); the floor's is BL_RDMA_FLOOR_MAGIC (floor.h).
  * Both use backline/oob.h's message header. */
 #define RV_MAGIC_TRANSPORT 0x424c5244u /* "BLRD" */
