@@ -4,7 +4,8 @@
 #   ./install.sh          everything needed to run (core, memcpy, rdma and ucx transports, the FPGA controller
 #                         of rdma, BP+OSD decoder,
 #                         compiler with its PennyLane frontend, stim device, ORC executor)
-#   ./install.sh --dev    plus what the test suite needs (pytest, ldpc, stim/sinter, CPU torch + triton)
+#   ./install.sh --dev    plus what the test suite needs (pytest, ldpc, stim/sinter, CPU torch + triton,
+#                         Debian's aarch64 cross compiler)
 set -euo pipefail
 cd "$(dirname "$0")"
 dev=0
@@ -28,6 +29,18 @@ if ! dpkg -s $rdma_debs $ucx_debs >/dev/null 2>&1; then
   elif [ ! -f /usr/include/infiniband/verbs.h ] || [ ! -f /usr/include/ucp/api/ucp.h ]; then
     echo "install.sh: the rdma and ucx transports need libibverbs' and libucp's headers: sudo apt-get install" \
       "$rdma_debs $ucx_debs" >&2
+    exit 2
+  fi
+fi
+# The test suite cross-compiles the FPGA controller's driver for the board's aarch64 cores
+# (Debian: gcc-aarch64-linux-gnu).
+if [ "$dev" = 1 ] && ! command -v aarch64-linux-gnu-gcc >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "install.sh: apt-get install gcc-aarch64-linux-gnu (for the FPGA driver's aarch64 build test)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      gcc-aarch64-linux-gnu >/dev/null
+  else
+    echo "install.sh: the test suite needs the aarch64 cross compiler: sudo apt-get install gcc-aarch64-linux-gnu" >&2
     exit 2
   fi
 fi
