@@ -4,6 +4,7 @@ coprocessor answers. Kept small: Python runs ~14x slower under TCG."""
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import signal
@@ -11,6 +12,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -189,63 +191,58 @@ def _status(window: str) -> str:
     return r.stdout
 
 
+@contextlib.contextmanager
+def served_controller(engine, fn: str, timeout_ms: int, message_bytes: int = 1) -> Iterator[tuple[ServeProcess, Session]]:
+    """An rdma coprocessor process serving `fn`, and an FPGA controller session with it on `engine`'s window;
+    the coprocessor is continued (a test may stop it) and the session destroyed afterwards."""
+    port = free_port(HOST)
+    with ServeProcess("rdma", port, fn, host=HOST, timeout_ms=SLOW) as serve:
+        s = Session.open("rdma", "controller", "dec", hardware="fpga", in_bytes=message_bytes,
+                         out_bytes=message_bytes,
+                         config=endpoint_config(HOST, port, window=engine.window, timeout_ms=timeout_ms))
+        try:
+            yield serve, s
+        finally:
+            if serve.proc.poll() is None:
+                serve.proc.send_signal(signal.SIGCONT)
+            s.destroy()
+
+
 def test_a_coprocessor_that_stops_answering_is_a_timeout_of_the_engine_not_a_hang(engine) -> None:
     """SIGSTOP: its connection stays open, only the engine can tell: REPLY_TO (half of timeout_ms)
     passes, STATUS.timeout, and the round fails with a timeout error that says so."""
-    port = free_port(HOST)
-    with ServeProcess("rdma", port, "steane", host=HOST, timeout_ms=SLOW) as serve:
-        s = Session.open("rdma", "controller", "dec", hardware="fpga", in_bytes=1, out_bytes=1,
-                         config=endpoint_config(HOST, port, window=engine.window, timeout_ms=6000))
-        try:
-            assert s.round(b"\x01") == b"\x01"
-            serve.proc.send_signal(signal.SIGSTOP)
-            t0 = time.monotonic()
-            with pytest.raises(DeadlineError) as info:
-                s.round(b"\x01")
-            took = time.monotonic() - t0
-            print(f"stopped coprocessor reported after {took:.2f} s: {info.value}")
-            assert "the engine reported a timeout" in str(info.value) and took < 30
-            assert "timeout" in _status(engine.window)
-        finally:
-            serve.proc.send_signal(signal.SIGCONT)
-            s.destroy()
+    with served_controller(engine, "steane", timeout_ms=6000) as (serve, s):
+        assert s.round(b"\x01") == b"\x01"
+        serve.proc.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        with pytest.raises(DeadlineError) as info:
+            s.round(b"\x01")
+        print(f"stopped coprocessor reported after {time.monotonic() - t0:.2f} s: {info.value}")
+        assert "the engine reported a timeout" in str(info.value) and "REPLY_TO" in str(info.value)
+        assert "timeout" in _status(engine.window)
 
 
 def test_a_coprocessor_that_dies_is_reported_at_once(engine) -> None:
     """SIGKILL: its connection closes, which the driver sees before the engine's deadline."""
-    port = free_port(HOST)
-    with ServeProcess("rdma", port, "steane", host=HOST, timeout_ms=SLOW) as serve:
-        s = Session.open("rdma", "controller", "dec", hardware="fpga", in_bytes=1, out_bytes=1,
-                         config=endpoint_config(HOST, port, window=engine.window, timeout_ms=6000))
-        try:
-            assert s.round(b"\x01") == b"\x01"
-            serve.proc.send_signal(signal.SIGKILL)
-            serve.proc.wait(30)
-            t0 = time.monotonic()
-            with pytest.raises(PeerError, match="closed"):
-                s.round(b"\x01")
-            assert time.monotonic() - t0 < 30
-        finally:
-            s.destroy()
+    with served_controller(engine, "steane", timeout_ms=6000) as (serve, s):
+        assert s.round(b"\x01") == b"\x01"
+        serve.proc.send_signal(signal.SIGKILL)
+        serve.proc.wait(30)
+        with pytest.raises(PeerError, match="closed"):
+            s.round(b"\x01")
 
 
 def test_a_paced_run_whose_coprocessor_dies_returns_a_timeout(engine) -> None:
     ffi, lib = backend()
-    port = free_port(HOST)
-    with ServeProcess("rdma", port, "steane", host=HOST, timeout_ms=SLOW) as serve:
-        s = Session.open("rdma", "controller", "dec", hardware="fpga", in_bytes=1, out_bytes=1,
-                         config=endpoint_config(HOST, port, window=engine.window, timeout_ms=4000))
-        try:
-            p, keep = paced(ffi, STEANE_TABLE, count=100000, freq=200000)  # 1 ms apart
-            assert lib.bl_fpga_paced_start(s.key.encode(), p) == 0, error_text()
-            time.sleep(1.0)
-            serve.proc.send_signal(signal.SIGKILL)
-            r = ffi.new("bl_fpga_paced_result *")
-            rc = lib.bl_fpga_paced_finish(s.key.encode(), 60000, r, ffi.NULL, 0)
-            assert rc == -3, (rc, error_text())  # BL_ETIMEOUT
-            assert 0 < r.rounds < 100000 and r.status & hwhs().HWHS_STATUS_TIMEOUT
-        finally:
-            s.destroy()
+    with served_controller(engine, "steane", timeout_ms=4000) as (serve, s):
+        p, keep = paced(ffi, STEANE_TABLE, count=100000, freq=200000)  # 1 ms apart
+        assert lib.bl_fpga_paced_start(s.key.encode(), p) == 0, error_text()
+        time.sleep(1.0)
+        serve.proc.send_signal(signal.SIGKILL)
+        r = ffi.new("bl_fpga_paced_result *")
+        rc = lib.bl_fpga_paced_finish(s.key.encode(), 60000, r, ffi.NULL, 0)
+        assert rc == -3, (rc, error_text())  # BL_ETIMEOUT
+        assert 0 < r.rounds < 100000 and r.status & hwhs().HWHS_STATUS_TIMEOUT
 
 
 @pytest.mark.parametrize("how", ["abort", "soft_reset"])
@@ -357,27 +354,20 @@ def test_a_stopped_coprocessor_is_stuck_at_the_reply_slot_and_a_timeout_by_statu
     """A coprocessor that stops answering: polling the reply slot gives up at the driver's own deadline
     ("stuck"); waiting on STATUS ends with the engine's timeout (REPLY_TO = 2 s here): two errors."""
     ffi, lib = backend()
-    port = free_port(HOST)
-    with ServeProcess("rdma", port, "echo", host=HOST, timeout_ms=SLOW) as serve:
-        s = Session.open("rdma", "controller", "dec", hardware="fpga", in_bytes=8, out_bytes=8,
-                         config=endpoint_config(HOST, port, window=engine.window, timeout_ms=4000))
-        try:
-            ping = [b"12345678"]
-            mode = lib.BL_FPGA_COLLECT_SLOT if collect == "slot" else lib.BL_FPGA_COLLECT_STATUS
-            c, keep = sw_rounds(ffi, 3, mode, ping, ping)
-            r = ffi.new("bl_fpga_sw_result *")
-            assert lib.bl_fpga_sw_rounds(s.key.encode(), c, ffi.NULL, ffi.NULL, r) == 0, error_text()
-            serve.proc.send_signal(signal.SIGSTOP)
-            c, keep = sw_rounds(ffi, 1, mode, ping, ping, timeout_ms=500 if collect == "slot" else 20000)
-            t0 = time.monotonic()
-            assert lib.bl_fpga_sw_rounds(s.key.encode(), c, ffi.NULL, ffi.NULL, r) == -3  # BL_ETIMEOUT
-            took = time.monotonic() - t0
-            print(f"collect by {collect}: {error_text()} after {took:.2f} s")
-            if collect == "slot":
-                assert "stuck" in error_text() and took < 1.9
-            else:
-                assert "the engine timed out" in error_text() and "REPLY_TO" in error_text() and took >= 1.9
-            assert r.done == 0
-        finally:
-            serve.proc.send_signal(signal.SIGCONT)
-            s.destroy()
+    with served_controller(engine, "echo", timeout_ms=4000, message_bytes=8) as (serve, s):
+        ping = [b"12345678"]
+        mode = lib.BL_FPGA_COLLECT_SLOT if collect == "slot" else lib.BL_FPGA_COLLECT_STATUS
+        c, keep = sw_rounds(ffi, 3, mode, ping, ping)
+        r = ffi.new("bl_fpga_sw_result *")
+        assert lib.bl_fpga_sw_rounds(s.key.encode(), c, ffi.NULL, ffi.NULL, r) == 0, error_text()
+        serve.proc.send_signal(signal.SIGSTOP)
+        # the slot's deadline (0.5 s) comes before the engine's REPLY_TO (2 s); STATUS waits for the engine
+        c, keep = sw_rounds(ffi, 1, mode, ping, ping, timeout_ms=500 if collect == "slot" else 20000)
+        t0 = time.monotonic()
+        assert lib.bl_fpga_sw_rounds(s.key.encode(), c, ffi.NULL, ffi.NULL, r) == -3  # BL_ETIMEOUT
+        print(f"collect by {collect}: {error_text()} after {time.monotonic() - t0:.2f} s")
+        if collect == "slot":
+            assert "stuck" in error_text() and "REPLY_TO" not in error_text()
+        else:
+            assert "the engine timed out" in error_text() and "REPLY_TO" in error_text()
+        assert r.done == 0
