@@ -33,14 +33,16 @@ if ! dpkg -s $rdma_debs $ucx_debs >/dev/null 2>&1; then
   fi
 fi
 # The test suite cross-compiles the FPGA controller's driver for the board's aarch64 cores
-# (Debian: gcc-aarch64-linux-gnu).
-if [ "$dev" = 1 ] && ! command -v aarch64-linux-gnu-gcc >/dev/null; then
+# (Debian: gcc-aarch64-linux-gnu, and the aarch64 C library headers it does not pull in without
+# Recommends, libc6-dev-arm64-cross).
+cross_debs="gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
+if [ "$dev" = 1 ] && ! dpkg -s $cross_debs >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "install.sh: apt-get install gcc-aarch64-linux-gnu (for the FPGA driver's aarch64 build test)" >&2
+    echo "install.sh: apt-get install $cross_debs (for the FPGA driver's aarch64 build test)" >&2
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      gcc-aarch64-linux-gnu >/dev/null
+      $cross_debs >/dev/null
   else
-    echo "install.sh: the test suite needs the aarch64 cross compiler: sudo apt-get install gcc-aarch64-linux-gnu" >&2
+    echo "install.sh: the test suite needs the aarch64 cross compiler: sudo apt-get install $cross_debs" >&2
     exit 2
   fi
 fi

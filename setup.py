@@ -12,15 +12,16 @@ from setuptools import Extension, setup
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def load(name: str):
+def load(path: str):
     """Import a build-time module by path: backline_core's dependencies are not installed yet."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, "backline_core", name + ".py"))
+    name = os.path.basename(path)
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, "backline_core", path + ".py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-build = load("build")
+build = load("sdk/build")
 runtime = build.plain_library(
     "backline_core.lib.libbackline",
     sources=["backline_core/native/src/runtime.c", "backline_core/native/src/functions.c",

@@ -24,35 +24,23 @@ For example (``my-transport`` being the plugin's transport)::
             finally:
                 s.destroy()
 
-It imports only the standard library: it works with the core alone, and starts nothing
-until it is called.
+It imports only the standard library and the core's process kit: it works with the core alone,
+and starts nothing until it is called.
 """
 
 from __future__ import annotations
 
-import os
 import select
-import socket
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-__all__ = ["ServeProcess", "children_running", "endpoint_config", "free_port", "gone", "one_line"]
+from ._device import BELL_PROGRAM
+from ._process import children, free_port, gone
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that was free a moment ago (the kernel's choice for a bind to 0).
-
-    Another program may take it before the test does; on a test machine that is rare.
-
-    >>> 0 < free_port("127.0.0.1") < 65536
-    True
-    """
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+__all__ = ["BELL_PROGRAM", "ServeProcess", "children_running", "endpoint_config", "free_port", "gone", "one_line"]
 
 
 def one_line(stderr: str) -> str:
@@ -67,30 +55,16 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
-def gone(pid: int | None) -> bool:
-    """Whether process ``pid`` has ended (a zombie counts as ended; None: there was none)."""
-    if pid is None:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rpartition(")")[2].split()[0] in ("Z", "X")
-    except OSError:
-        return True
-
-
 def children_running(*needles: bytes) -> list[str]:
     """This process's live children whose command line holds one of ``needles``, as "PID: command"."""
-    mine = str(os.getpid())
     found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in children():
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 cmd = fh.read()
-            with open(f"/proc/{pid}/stat") as fh:
-                ppid = fh.read().rpartition(")")[2].split()[1]
-        except (OSError, IndexError):
+        except OSError:
             continue
-        if ppid == mine and not gone(int(pid)) and any(n in cmd for n in needles):
+        if any(n in cmd for n in needles):
             shown = cmd.replace(b"\0", b" ").decode(errors="replace")
             found.append(f"{pid}: {shown}")
     return found
@@ -122,7 +96,7 @@ class ServeProcess:
     def __init__(self, transport: str, port: int, *fns: str, key: str = "dec", host: str = "127.0.0.1",
                  wrapper: Sequence[str] = (), stderr: int | IO[str] = subprocess.PIPE, start_timeout: float = 120.0,
                  **extra: object) -> None:
-        self.command = [*wrapper, sys.executable, "-m", "backline_core.cli", "coprocessor", "serve", "--transport",
+        self.command = [*wrapper, sys.executable, "-m", "backline_core", "coprocessor", "serve", "--transport",
                         transport, "--key", key, "--config", endpoint_config(host, port, **extra)]
         for fn in fns or ("echo",):
             self.command += ["--fn", fn]

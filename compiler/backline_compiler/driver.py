@@ -62,7 +62,7 @@ def compile_rounds(key: str, decoder_id: int = 0, *, keep_intermediate: str | No
 
 
 def make(key: str, decoder_id: int, table: tuple[bytes, bytes, int]) -> Callable[..., int]:
-    """The driver factory ``backline bench`` calls (see backline_core.hookspecs.RoundDriver)."""
+    """The driver factory ``backline bench`` calls (see backline_core._hookspecs.RoundDriver)."""
     payloads, expected, reply_bytes = table
     entries = len(expected) // reply_bytes
     payload_bytes = len(payloads) // entries

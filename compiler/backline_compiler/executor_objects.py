@@ -13,8 +13,8 @@ from __future__ import annotations
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.utils.exceptions import PassFailedException
 
-from backline_core.errors import PlacementError
-from backline_core.resolution import ResolvedNode
+from backline_core._errors import PlacementError
+from backline_core._resolution import ResolvedNode
 
 from . import pipeline
 from .passes.convert_transport_to_llvm import ConvertTransportToLLVM

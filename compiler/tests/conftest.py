@@ -64,7 +64,7 @@ def ghz_text() -> Callable[..., str]:
 @pytest.fixture(scope="session")
 def ghz_shots() -> Callable[..., np.ndarray]:
     """Run a compiled @ghz on an open QuantumDevice; returns each shot's packed outcomes."""
-    from backline_core.native import last_error
+    from backline_core._abi import last_error
 
     def run(program, dev, shots: int) -> np.ndarray:
         out = np.full(shots, -1, dtype=np.int32)

@@ -17,7 +17,7 @@ from backline_compiler import codegen, pipeline
 from backline_compiler.dialects.transport import BacklineAttr
 from backline_core import Controller, Coprocessor, Placement
 from backline_core._native import lib
-from backline_core.deployment import CoprocessorProcess
+from backline_core._deployment import CoprocessorProcess
 
 ROUNDS_KERNEL = """
 builtin.module attributes {{backline.placement = {placement}}} {{
@@ -101,7 +101,7 @@ def test_compiled_controller_runs_rounds(runs_in: str, tmp_path) -> None:
 def test_compiled_program_reports_the_first_failure() -> None:
     # No coprocessor serves this key: setup's connect times out, and that first failure --
     # not the later ones it causes -- is what setup returns and bl_last_error shows.
-    from backline_core.native import last_error
+    from backline_core._abi import last_error
 
     key = f"compiled-missing-{uuid.uuid4().hex[:8]}"
     placement = Placement(controller=Controller(init_args={"connect_timeout_ms": 50}), transport="memcpy",
@@ -155,7 +155,7 @@ def steane_rounds(coprocessor: Coprocessor, key: str, workspace: Path, n: int) -
     syndromes = (np.arange(n) % 8).astype(np.uint8).reshape(n, 1)
     replies = np.zeros_like(syndromes)
     rtt = np.zeros(n, dtype=np.uint64)
-    from backline_core.native import last_error
+    from backline_core._abi import last_error
 
     assert setup() == 0, last_error()
     try:

@@ -36,8 +36,8 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import ParseError, VerifyException
 
 from backline_core import CoprocessorFunction
-from backline_core.errors import PlacementError
-from backline_core.placement import Controller, Coprocessor, Endpoint, Placement
+from backline_core._errors import PlacementError
+from backline_core._placement import Controller, Coprocessor, Endpoint, Placement
 
 # -- helpers ------------------------------------------------------------------------------
 

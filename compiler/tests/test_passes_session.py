@@ -39,8 +39,8 @@ from xdsl.ir import Block, Operation, Region
 from xdsl.utils.exceptions import DiagnosticException, PassFailedException
 
 from backline_core import CoprocessorFunction, get_library, plugins
-from backline_core.placement import Controller, Coprocessor, Placement
-from backline_core.resolution import resolve
+from backline_core._placement import Controller, Coprocessor, Placement
+from backline_core._resolution import resolve
 
 BOTH = "inject-transport-session,lower-decode-to-transport"
 PTR = llvm.LLVMPointerType()

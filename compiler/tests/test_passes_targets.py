@@ -26,7 +26,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from backline_core import get_library
 from backline_core._native import ffi, lib
-from backline_core.native import last_error
+from backline_core._abi import last_error
 
 HOST = llvm.get_default_triple()
 ARM = "aarch64-unknown-linux-gnu"
@@ -362,8 +362,8 @@ def test_header_compiles_as_c_and_cxx() -> None:
 
 def executor_node(key: str, triple: str | None = None):  # noqa: ANN201
     from backline_core import plugins
-    from backline_core.placement import Controller, Coprocessor, Placement
-    from backline_core.resolution import resolve
+    from backline_core._placement import Controller, Coprocessor, Placement
+    from backline_core._resolution import resolve
 
     if "orc" not in plugins.names("executor"):
         pytest.skip("needs the backline-executor-orc plugin")
@@ -395,7 +395,7 @@ def test_coprocessor_object_is_the_pass_code_compiled(tmp_path: Path) -> None:
 
 def test_coprocessor_object_refuses_what_is_not_an_executor_node(tmp_path: Path) -> None:
     from backline_compiler.executor_objects import coprocessor_object
-    from backline_core.errors import PlacementError
+    from backline_core._errors import PlacementError
 
     node = executor_node("dec")
     with pytest.raises(PlacementError, match="coprocessor_object: in_bytes must be a positive int, got 0"):

@@ -12,9 +12,9 @@ from backline_compiler import codegen, pipeline
 from backline_compiler.dialects import bquantum
 from backline_compiler.passes.convert_quantum_to_llvm import GATE_IDS, NOISE_IDS
 
-from backline_core import device
-from backline_core.device import QuantumDevice
-from backline_core.native import last_error
+from backline_core import _device as device
+from backline_core._device import QuantumDevice
+from backline_core._abi import last_error
 
 PIPELINE = "convert-quantum-to-llvm,convert-transport-to-llvm"
 
@@ -52,7 +52,7 @@ def noisy_ghz(ghz_text) -> codegen.JitProgram:
 
 
 def test_the_pass_tables_are_device_h() -> None:
-    # backline_core.device reads the enum values from the compiled header (cffi)
+    # backline_core._device reads the enum values from the compiled header (cffi)
     assert GATE_IDS == {name: gid for name, gid in device.GATES.items() if name != "CX"}
     assert NOISE_IDS == {name.lower(): cid for name, cid in device.NOISE_CHANNELS.items()}
     assert set(GATE_IDS) == set(bquantum.GATES)

@@ -14,8 +14,8 @@ from backline_compiler import codegen, pipeline
 from backline_compiler.dialects.transport import BacklineAttr
 
 from backline_core import Controller, Coprocessor, Placement
-from backline_core.device import QuantumDevice
-from backline_core.native import last_error
+from backline_core._device import QuantumDevice
+from backline_core._abi import last_error
 
 pytest.importorskip("backline_device_stim")
 

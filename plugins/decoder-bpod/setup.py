@@ -4,7 +4,7 @@ import platform
 
 from setuptools import setup
 
-from backline_core.build import BuildPlainLibraries, plain_library
+from backline_core.sdk.build import BuildPlainLibraries, plain_library
 
 setup(
     ext_modules=[

@@ -7,10 +7,10 @@ queue pairs, so neither restates it.
 
 import os
 
+import backline_transport_rdma
 from setuptools import setup
 
-import backline_transport_rdma
-from backline_core.build import BuildPlainLibraries, plain_library
+from backline_core.sdk.build import BuildPlainLibraries, plain_library
 
 RDMA_NATIVE = os.path.join(os.path.dirname(os.path.abspath(backline_transport_rdma.__file__)), "native")
 

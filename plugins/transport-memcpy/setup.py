@@ -2,7 +2,7 @@
 
 from setuptools import setup
 
-from backline_core.build import BuildPlainLibraries, plain_library
+from backline_core.sdk.build import BuildPlainLibraries, plain_library
 
 setup(
     ext_modules=[

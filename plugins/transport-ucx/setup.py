@@ -8,7 +8,7 @@ import sys
 
 from setuptools import setup
 
-from backline_core.build import BuildPlainLibraries, plain_library
+from backline_core.sdk.build import BuildPlainLibraries, plain_library
 
 UCP_HEADER = os.path.join("ucp", "api", "ucp.h")
 

@@ -24,12 +24,12 @@ from typing import Any
 import cffi
 import pytest
 
-import backline_core.plugins as plugins
+import backline_core._plugins as plugins
 from backline_core import get_include
-from backline_core.coprocessor_function import CoprocessorFunction
-from backline_core.hookspecs import RECORD_TYPES, Decoder, Transport, hookimpl
-from backline_core.builtins import echo, steane
-from backline_core.session import Session
+from backline_core._coprocessor_function import CoprocessorFunction
+from backline_core._hookspecs import RECORD_TYPES, Decoder, Transport, hookimpl
+from backline_core._builtins import echo, steane
+from backline_core._session import Session
 
 TEST_BACKEND_C = r"""
 #define _GNU_SOURCE
@@ -484,7 +484,7 @@ def sentinels(tmp_path_factory: pytest.TempPathFactory) -> Sentinels:
     for kind, (group, module) in SENTINEL_KINDS.items():
         hook, record = RECORD_TYPES[kind][1], _SENTINEL_RECORD[kind]
         (root / f"{module}.py").write_text(
-            f"from backline_core.hookspecs import Decoder, Device, Pass, Transport, hookimpl\n\n\n"
+            f"from backline_core._hookspecs import Decoder, Device, Pass, Transport, hookimpl\n\n\n"
             f"@hookimpl\ndef {hook}():\n    return [{record}]\n")
         entry_points.append(f"[{group}]\nsentinel-{kind} = {module}\n")
     dist = root / "backline_sentinels-0.0.0.dist-info"

@@ -15,16 +15,16 @@ import sys
 import numpy as np
 import pytest
 
-import backline_core.cli as backline_cli
+import backline_core._cli as backline_cli
 from backline_core import plugins
-from backline_core.hookspecs import ENTRY_POINT_GROUPS, Transport, hookimpl
-from backline_core.native import lib
+from backline_core._hookspecs import ENTRY_POINT_GROUPS, Transport, hookimpl
+from backline_core._abi import lib
 
 KEYS = {"kind", "name", "distribution", "version", "serves", "error"}
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "backline_core.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "backline_core", *args], capture_output=True, text=True,
                           timeout=60)
 
 
@@ -188,8 +188,8 @@ def test_bench_cpu_outside_the_affinity_set_is_refused(capsys):
 
 
 def test_bench_config_validate_is_the_python_api_check():
-    from backline_core.bench import BenchConfig
-    from backline_core.errors import BacklineError
+    from backline_core._bench import BenchConfig
+    from backline_core._errors import BacklineError
 
     for bad in (dict(rounds=10 ** 11), dict(payload_bytes=10 ** 10), dict(seed=-1), dict(gap_ns=-1),
                 dict(decoder_id=lib.BL_MAX_DECODERS), dict(rounds=1e6), dict(error_rate=float("nan")),
@@ -209,16 +209,16 @@ def test_bench_transport_arg_that_is_not_key_value_is_one_line(capsys):
 
 
 def test_bench_transport_args_must_be_strings():
-    from backline_core.bench import BenchConfig
-    from backline_core.errors import BacklineError
+    from backline_core._bench import BenchConfig
+    from backline_core._errors import BacklineError
 
     with pytest.raises(BacklineError, match="transport_args must be a dict of str to str"):
         BenchConfig(rounds=100, controller_cpu=None, coprocessor_cpu=None, transport_args={"tls": 1}).validate()
 
 
 def test_bench_peer_address_and_what_it_leaves_to_the_peer():
-    from backline_core.bench import BenchConfig
-    from backline_core.errors import BacklineError
+    from backline_core._bench import BenchConfig
+    from backline_core._errors import BacklineError
 
     assert BenchConfig(peer="10.0.0.2:18515").peer_address() == ("10.0.0.2", 18515)
     assert BenchConfig(peer="[fd00::2]:18515").peer_address() == ("fd00::2", 18515)
@@ -328,7 +328,7 @@ def test_output_in_a_read_only_directory_is_refused_first(capsys, tmp_path):
 
 
 def test_output_check_neither_truncates_nor_leaves_files(tmp_path):
-    from backline_core.bench import check_outputs
+    from backline_core._bench import check_outputs
 
     kept = tmp_path / "old.json"
     kept.write_text("previous results")
@@ -345,7 +345,7 @@ def test_plot_without_matplotlib_is_refused_first(tmp_path):
     (fake / "matplotlib" / "__init__.py").write_text("raise ImportError('No module named matplotlib (test)')\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(fake), os.environ.get("PYTHONPATH")]))}
     # 10**7 rounds would run for a good while: the refusal must come first
-    proc = subprocess.run([sys.executable, "-m", "backline_core.cli", "bench", *QUICK, "--rounds", "10000000",
+    proc = subprocess.run([sys.executable, "-m", "backline_core", "bench", *QUICK, "--rounds", "10000000",
                            "--plot", str(tmp_path / "out.png")], capture_output=True, text=True, timeout=60, env=env)
     assert_one_line_error(proc.returncode, proc.stderr, "--plot", "matplotlib")
     assert not (tmp_path / "out.png").exists()

@@ -1,12 +1,12 @@
-"""backline_core.config (configuration strings) and backline_core.errors (status mapping)."""
+"""backline_core._config (configuration strings) and backline_core._errors (status mapping)."""
 
 from __future__ import annotations
 
 import pytest
 
-from backline_core import errors
-from backline_core.config import CORE_KEYS, format_config, parse_config
-from backline_core.native import ffi, lib
+from backline_core import _errors as errors
+from backline_core._config import CORE_KEYS, format_config, parse_config
+from backline_core._abi import ffi, lib
 
 # ---- config -----------------------------------------------------------------------------------
 
@@ -118,7 +118,7 @@ def test_python_base_classes():
 
 
 def test_check_raises_the_mapped_class():
-    from backline_core.native import check
+    from backline_core._abi import check
 
     assert check(0) == 0 and check(5) == 5
     assert lib.bl_session_get(0, b"config-errors-missing") == ffi.NULL

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from backline_core.builtins import echo, steane
-from backline_core.coprocessor_function import CoprocessorFunction
-from backline_core.errors import PlacementError
+from backline_core._builtins import echo, steane
+from backline_core._coprocessor_function import CoprocessorFunction
+from backline_core._errors import PlacementError
 
 NATIVE = dict(name="dec", library="/opt/qec/libdec.so", symbol="bl_decode")
 

@@ -8,9 +8,10 @@ import os
 
 import pytest
 
-from backline_core import errors, get_library, plugins
-from backline_core.device import BELL_PROGRAM, GATES, NOISE_CHANNELS, QuantumDevice
-from backline_core.native import ffi, lib
+from backline_core import _errors as errors
+from backline_core import get_library, plugins
+from backline_core._device import BELL_PROGRAM, GATES, NOISE_CHANNELS, QuantumDevice
+from backline_core._abi import ffi, lib
 
 ONE_WIRE = ["I", "X", "Y", "Z", "H", "S", "SDG", "SX"]
 TWO_WIRE = ["CNOT", "CZ", "SWAP"]

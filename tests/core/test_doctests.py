@@ -11,8 +11,8 @@ import pytest
 import backline_core
 
 MODULES = sorted(
-    m.name for m in pkgutil.iter_modules(backline_core.__path__, "backline_core.")
-    if m.name not in ("backline_core._cffi_build", "backline_core._native")
+    m.name for m in pkgutil.walk_packages(backline_core.__path__, "backline_core.")
+    if m.name not in ("backline_core._cffi_build", "backline_core._native", "backline_core.__main__")
 )
 
 

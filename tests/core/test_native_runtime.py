@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from backline_core import CORE_KEYS, get_include, get_library
-from backline_core.builtins import echo, steane
-from backline_core.coprocessor_function import CoprocessorFunction
-from backline_core.errors import (
+from backline_core._builtins import echo, steane
+from backline_core._coprocessor_function import CoprocessorFunction
+from backline_core._errors import (
     AbiError,
     DeadlineError,
     FunctionError,
@@ -37,8 +37,8 @@ from backline_core.errors import (
     TransportError,
     UnknownDecoderError,
 )
-from backline_core.native import check, ffi, last_error, lib
-from backline_core.session import Session
+from backline_core._abi import check, ffi, last_error, lib
+from backline_core._session import Session
 
 # The Steane code's matrices as test data (see data/README.md).
 STEANE_NPZ = Path(__file__).parent / "data" / "steane.npz"
@@ -358,7 +358,7 @@ def test_longest_key_is_accepted(pairs):
 
 def test_key_rule_is_one_rule_in_c_and_python(stub_backend):
     """A node name Python accepts is a key C accepts, and the other way round (BL_KEY_MAX_LEN)."""
-    from backline_core.placement import Controller
+    from backline_core._placement import Controller
 
     for key in ("a", "0x", "k" * lib.BL_KEY_MAX_LEN, "a.b-c_d"):
         Controller(name=key)

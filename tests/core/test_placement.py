@@ -2,7 +2,7 @@
 
 A placement checks only its own shape and consults no plugin, so nothing here registers
 one: ``shm``, ``net`` and ``lookup`` are plain names. Whether installed plugins can run a
-placement is :func:`backline_core.resolution.resolve`'s business (test_resolution.py).
+placement is :func:`backline_core._resolution.resolve`'s business (test_resolution.py).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pickle
 
 import pytest
 
-from backline_core.coprocessor_function import CoprocessorFunction
-import backline_core.plugins as plugins
+from backline_core._coprocessor_function import CoprocessorFunction
+import backline_core._plugins as plugins
 from backline_core._native import ffi, lib
-from backline_core.errors import PlacementError
-from backline_core.placement import RUNS_IN, Controller, Coprocessor, Endpoint, Node, Placement
+from backline_core._errors import PlacementError
+from backline_core._placement import RUNS_IN, Controller, Coprocessor, Endpoint, Node, Placement
 
 KEY_MAX = lib.BL_KEY_MAX_LEN
 

@@ -14,12 +14,12 @@ import textwrap
 
 import pytest
 
-import backline_core.plugins as plugins
-from backline_core.builtins import echo as builtin_echo
-from backline_core.errors import PlacementError, PluginError, UnknownPluginError
-from backline_core.hookspecs import RECORD_TYPES, Decoder, Transport, hookimpl
-from backline_core.placement import Controller, Coprocessor, Placement
-from backline_core.resolution import resolve
+import backline_core._plugins as plugins
+from backline_core._builtins import echo as builtin_echo
+from backline_core._errors import PlacementError, PluginError, UnknownPluginError
+from backline_core._hookspecs import RECORD_TYPES, Decoder, Transport, hookimpl
+from backline_core._placement import Controller, Coprocessor, Placement
+from backline_core._resolution import resolve
 
 IN_PROCESS = plugins.IN_PROCESS
 

@@ -17,15 +17,15 @@ import textwrap
 import pytest
 
 import backline_core
-import backline_core.plugins as plugins
-from backline_core.builtins import echo as builtin_echo
-from backline_core.builtins import steane as builtin_steane
-from backline_core.coprocessor_function import CoprocessorFunction
-from backline_core.errors import PlacementError, PluginError, UnknownPluginError
-from backline_core.hookspecs import Decoder, Executor, Transport, hookimpl
-from backline_core.native import get_library
-from backline_core.placement import Controller, Coprocessor, Endpoint, Placement
-from backline_core.resolution import Resolution, ResolvedNode, resolve
+import backline_core._plugins as plugins
+from backline_core._builtins import echo as builtin_echo
+from backline_core._builtins import steane as builtin_steane
+from backline_core._coprocessor_function import CoprocessorFunction
+from backline_core._errors import PlacementError, PluginError, UnknownPluginError
+from backline_core._hookspecs import Decoder, Executor, Transport, hookimpl
+from backline_core._abi import get_library
+from backline_core._placement import Controller, Coprocessor, Endpoint, Placement
+from backline_core._resolution import Resolution, ResolvedNode, resolve
 
 
 def echo(decoder_id: int, payload: bytes) -> bytes:
@@ -616,7 +616,7 @@ def test_library_paths_are_re_rooted_in_the_executors_site_packages():
 
 
 def test_executor_path_needs_a_package():
-    from backline_core.resolution import executor_path
+    from backline_core._resolution import executor_path
 
     assert executor_path(get_library(), "/r") == "/r/backline_core/lib/libbackline.so"
     with pytest.raises(PlacementError, match="not inside an installed Python package"):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from backline_core import RoundTripLog
-from backline_core.errors import InvalidArgumentError, LifecycleError, NotFoundError
-from backline_core.native import check, ffi, last_error, lib
+from backline_core._errors import InvalidArgumentError, LifecycleError, NotFoundError
+from backline_core._abi import check, ffi, last_error, lib
 
 
 def rounds(ctl, n: int) -> list[int]:

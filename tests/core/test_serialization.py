@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-import backline_core.serialization as serialization
-from backline_core.coprocessor_function import CoprocessorFunction
-from backline_core.errors import PlacementError
-from backline_core.placement import RUNS_IN, Controller, Coprocessor, Endpoint, Placement
+import backline_core._serialization as serialization
+from backline_core._coprocessor_function import CoprocessorFunction
+from backline_core._errors import PlacementError
+from backline_core._placement import RUNS_IN, Controller, Coprocessor, Endpoint, Placement
 
 FORMAT = "backline.placement/1"
 #: 5,000 decimal digits: past Python's int <-> str conversion limit (4,300 digits).

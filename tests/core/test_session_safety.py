@@ -16,7 +16,7 @@ import time
 import pytest
 
 from backline_core import CoprocessorFunction
-from backline_core.errors import DeadlineError, FunctionError, LifecycleError
+from backline_core._errors import DeadlineError, FunctionError, LifecycleError
 
 
 def _run(code: str, backend: str) -> subprocess.CompletedProcess[str]:
@@ -29,7 +29,7 @@ def _run(code: str, backend: str) -> subprocess.CompletedProcess[str]:
 _WAITING_PAIR = """
     import sys, threading, time, cffi
     from backline_core import Session
-    from backline_core.builtins import echo
+    from backline_core._builtins import echo
     backend = sys.argv[1]
     ffi = cffi.FFI(); ffi.cdef("void tb_set_auto_deliver(int on);")
     tb = ffi.dlopen(backend); tb.tb_set_auto_deliver(0)

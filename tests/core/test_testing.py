@@ -29,7 +29,7 @@ def test_endpoint_config_puts_the_endpoint_first_and_the_rest_in_order() -> None
 def test_the_command_is_backline_coprocessor_serve() -> None:
     serve = ServeProcess("rdma", 7, "steane", "echo", key="k", host="h", wrapper=["ip", "netns", "exec", "b"],
                          timeout_ms=9)
-    assert serve.command == ["ip", "netns", "exec", "b", sys.executable, "-m", "backline_core.cli", "coprocessor",
+    assert serve.command == ["ip", "netns", "exec", "b", sys.executable, "-m", "backline_core", "coprocessor",
                              "serve", "--transport", "rdma", "--key", "k", "--config", "host=h;port=7;timeout_ms=9",
                              "--fn", "steane", "--fn", "echo"]
     assert ServeProcess("rdma", 7).command[-2:] == ["--fn", "echo"]

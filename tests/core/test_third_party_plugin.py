@@ -39,7 +39,7 @@ import pytest
 
 PYPROJECT_TOML = """\
 [build-system]
-# setup.py imports backline_core.build, so backline-core must be installed first and
+# setup.py imports backline_core.sdk.build, so backline-core must be installed first and
 # this package built with `pip install --no-build-isolation .`
 requires = ["setuptools>=65", "backline-core"]
 build-backend = "setuptools.build_meta"
@@ -70,7 +70,7 @@ SETUP_PY = """\
 
 from setuptools import setup
 
-from backline_core.build import BuildPlainLibraries, plain_library
+from backline_core.sdk.build import BuildPlainLibraries, plain_library
 
 setup(
     ext_modules=[
@@ -558,7 +558,7 @@ def test_entry_points_resolve(loopback: Installed) -> None:
 
 
 def test_cli_lists_the_plugins(loopback: Installed) -> None:
-    proc = _fresh(loopback.workdir, "-m", "backline_core.cli", "plugins")
+    proc = _fresh(loopback.workdir, "-m", "backline_core", "plugins")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     for plugin in ("loopback", "invert"):
@@ -572,7 +572,7 @@ def test_round_runs(loopback: Installed) -> None:
         """
         import json
         from backline_core import Session
-        from backline_core.errors import DeadlineError, InvalidArgumentError
+        from backline_core._errors import DeadlineError, InvalidArgumentError
 
         with Session.open("loopback", "coprocessor", "k", functions=["invert"]) as cop, \\
              Session.open("loopback", "controller", "k", in_bytes=4, out_bytes=4) as ctl:
@@ -652,7 +652,7 @@ def test_uninstall_removes_the_plugins(loopback: Installed) -> None:
         """
         import json
         from backline_core import plugins
-        from backline_core.errors import UnknownPluginError
+        from backline_core._errors import UnknownPluginError
         raised = {}
         for kind, name in (("transport", "loopback"), ("decoder", "invert")):
             try:
@@ -686,7 +686,7 @@ def test_broken_plugin_is_isolated(tmp_path: Path, environment_lock: None) -> No
             """
             import importlib.metadata, json
             from backline_core import plugins
-            from backline_core.errors import PluginError, UnknownPluginError
+            from backline_core._errors import PluginError, UnknownPluginError
             try:
                 plugins.get("transport", "broken")
                 got = None
@@ -716,7 +716,7 @@ def test_broken_plugin_is_isolated(tmp_path: Path, environment_lock: None) -> No
         if out["memcpy"] is not None:  # only when the memcpy plugin is installed too
             assert out["memcpy"] == "memcpy"
             assert out["rows"]["transport:memcpy"][1] is None
-        cli = _fresh(workdir, "-m", "backline_core.cli", "plugins")
+        cli = _fresh(workdir, "-m", "backline_core", "plugins")
         assert cli.returncode == 0, cli.stdout + cli.stderr  # the listing survives a broken plugin
         assert "deliberately broken" in cli.stdout and "echo" in cli.stdout
     finally:

@@ -10,9 +10,9 @@ import struct
 
 import pytest
 
-from backline_core.builtins import echo, steane
-from backline_core.errors import FunctionError, UnknownDecoderError
-from backline_core.native import ffi, lib
+from backline_core._builtins import echo, steane
+from backline_core._errors import FunctionError, UnknownDecoderError
+from backline_core._abi import ffi, lib
 
 HEADER = struct.Struct("<QIIiIQ")  # seq, len, decoder_id, status, flags, reserved
 FIELDS = [("seq", 0, "uint64_t"), ("len", 8, "uint32_t"), ("decoder_id", 12, "uint32_t"),

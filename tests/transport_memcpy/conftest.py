@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from backline_core.deployment import CoprocessorProcess
-from backline_core.native import get_library
-from backline_core.session import Session
+from backline_core._deployment import CoprocessorProcess
+from backline_core._abi import get_library
+from backline_core._session import Session
 
 #: Where memcpy keeps this user's process segments (one file per key; memcpy.c).
 SHM_DIR = f"/dev/shm/backline-{os.geteuid()}"
@@ -142,7 +142,7 @@ def fn_module(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     """
     name = f"bl_test_fns_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(f"""
-        from backline_core.coprocessor_function import CoprocessorFunction
+        from backline_core._coprocessor_function import CoprocessorFunction
 
         def _reverse(decoder_id, payload):
             return payload[::-1]

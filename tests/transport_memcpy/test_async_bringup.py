@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from backline_core import LifecycleError, Session
-from backline_core.errors import DeadlineError, InvalidArgumentError
+from backline_core._errors import DeadlineError, InvalidArgumentError
 
 
 def test_controller_connects_while_the_same_thread_brings_up_its_coprocessor(key):

@@ -25,7 +25,7 @@ STEANE_NPZ = os.path.join(os.path.dirname(__file__), os.pardir, "core", "data", 
 
 
 def backline(*args: str, timeout: float = SHORT_TIMEOUT_S, cwd: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "backline_core.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "backline_core", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd)
 
 
@@ -208,6 +208,6 @@ def test_serve_for_a_duration_then_exits_cleanly(key):
 
 
 def test_unknown_driver_lists_the_installed_ones():
-    proc = subprocess.run([sys.executable, "-m", "backline_core.cli", "bench", "--driver", "warp", "--rounds", "100",
+    proc = subprocess.run([sys.executable, "-m", "backline_core", "bench", "--driver", "warp", "--rounds", "100",
                            "--no-progress"], capture_output=True, text=True, timeout=120)
     assert_one_line_error(proc, "unknown driver 'warp'")

@@ -16,7 +16,7 @@ import pytest
 SCRIPT = """
     import sys, threading, time
     from backline_core import Controller, Coprocessor, CoprocessorFunction, Placement
-    from backline_core.deployment import deploy
+    from backline_core._deployment import deploy
 
     runs_in = sys.argv[1]
 

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from backline_core.deployment import CoprocessorProcess
-from backline_core.errors import (
+from backline_core._deployment import CoprocessorProcess
+from backline_core._errors import (
     DeadlineError,
     FunctionError,
     InvalidArgumentError,
@@ -30,8 +30,8 @@ from backline_core.errors import (
     TransportError,
     UnknownDecoderError,
 )
-from backline_core.native import ffi, lib
-from backline_core.session import ROLES, Session
+from backline_core._abi import ffi, lib
+from backline_core._session import ROLES, Session
 
 PLACES = ("controller-thread", "thread", "process")  # a coprocessor's runs_in
 IN_PROCESS = ("controller-thread", "thread")
@@ -347,8 +347,8 @@ def test_second_controller_in_process_refused(pair, controller, runs_in):
 
 _SECOND_CONTROLLER = """
     import sys
-    from backline_core.errors import KeyTakenError
-    from backline_core.session import Session
+    from backline_core._errors import KeyTakenError
+    from backline_core._session import Session
     try:
         s = Session.open("memcpy", "controller", sys.argv[1], config="connect_timeout_ms=3000;timeout_ms=1000",
                          in_bytes=8, out_bytes=8)
@@ -365,7 +365,7 @@ _SECOND_CONTROLLER = """
 
 _TAKE_OVER = """
     import sys
-    from backline_core.session import Session
+    from backline_core._session import Session
     with Session.open("memcpy", "controller", sys.argv[1], config="connect_timeout_ms=3000;timeout_ms=1000",
                       in_bytes=8, out_bytes=8) as s:
         for i in range(1000):
@@ -513,7 +513,7 @@ def test_controller_expecting_the_coprocessor_elsewhere(key, coprocessor, contro
 
 _KILLED_CONTROLLER = """
     import os, signal, sys
-    from backline_core.session import Session
+    from backline_core._session import Session
     s = Session.open("memcpy", "controller", sys.argv[1], config="connect_timeout_ms=3000;timeout_ms=1000",
                      in_bytes=8, out_bytes=8)
     assert s.round(b"mine") == b"mine"

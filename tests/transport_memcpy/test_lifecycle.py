@@ -31,10 +31,10 @@ from pathlib import Path
 import pytest
 
 from backline_core import Controller, Coprocessor, Placement
-from backline_core.deployment import CoprocessorProcess, deploy
-from backline_core.errors import DeadlineError, InvalidArgumentError, KeyTakenError, TransportError
-from backline_core.cli import _proc_stat as _stat  # the serve's own reading of /proc/PID/stat
-from backline_core.session import Session
+from backline_core._deployment import CoprocessorProcess, deploy
+from backline_core._errors import DeadlineError, InvalidArgumentError, KeyTakenError, TransportError
+from backline_core._process import proc_stat as _stat  # the serve's own reading of /proc/PID/stat
+from backline_core._session import Session
 
 #: how long a child may take to notice its parent is gone and clean up
 CHILD_GONE_S = 10.0
@@ -90,7 +90,7 @@ def serve_processes(key: str | None = None, parent: int | None = None, prefix: b
         if not entry.isdigit():
             continue
         args = cmdline(entry)
-        if "serve" not in args or "backline_core.cli" not in args:
+        if "serve" not in args or "backline_core" not in args:
             continue
         their_key = args[args.index("--key") + 1] if "--key" in args[:-1] else None
         if key is not None and (their_key is None or not (their_key.startswith(key) if prefix else their_key == key)):
@@ -158,7 +158,7 @@ import signal, sys, time
 # A suite started under nohup hands SIGHUP down ignored; this parent is one that dies of it.
 signal.signal(signal.SIGHUP, signal.SIG_DFL)
 from backline_core import Controller, Coprocessor, Placement
-from backline_core.deployment import deploy
+from backline_core._deployment import deploy
 
 key = sys.argv[1]
 placement = Placement(controller=Controller(), transport="memcpy",
@@ -201,7 +201,7 @@ def test_deployed_child_dies_with_its_parent(tmp_path, key, no_leftovers, sig):
 @pytest.mark.defect("a bench coprocessor child outlived the bench")
 @pytest.mark.parametrize("sig", PARENT_SIGNALS, ids=SIGNAL_IDS)
 def test_bench_child_dies_with_the_bench(sig):
-    bench = subprocess.Popen([sys.executable, "-m", "backline_core.cli", "bench", "--runs-in", "process", "--rounds",
+    bench = subprocess.Popen([sys.executable, "-m", "backline_core", "bench", "--runs-in", "process", "--rounds",
                               "20000000", "--no-progress", "--controller-cpu", "none", "--coprocessor-cpu", "none"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     child = started = key = None
@@ -235,7 +235,7 @@ def test_bench_child_dies_with_the_bench(sig):
 EARLY_EXIT_PARENT = """
 import os, subprocess, sys
 key, log = sys.argv[1], sys.argv[2]
-child = subprocess.Popen([sys.executable, "-P", "-m", "backline_core.cli", "coprocessor", "serve", "--key", key,
+child = subprocess.Popen([sys.executable, "-P", "-m", "backline_core", "coprocessor", "serve", "--key", key,
                           "--fn", "echo", "--parent-pid", str(os.getpid())],
                          stdout=open(log + ".out", "w"), stderr=open(log + ".err", "w"))
 print(child.pid, flush=True)
@@ -261,7 +261,7 @@ def test_serve_with_a_parent_already_gone_never_serves(key, no_leftovers):
     # The ready line came before the watch was armed: an orphan announced itself first.
     gone = subprocess.Popen(["true"])
     gone.wait()
-    proc = subprocess.run([sys.executable, "-m", "backline_core.cli", "coprocessor", "serve", "--key", key, "--fn",
+    proc = subprocess.run([sys.executable, "-m", "backline_core", "coprocessor", "serve", "--key", key, "--fn",
                            "echo", "--parent-pid", str(gone.pid)], capture_output=True, text=True, timeout=START_S)
     assert proc.returncode == 0, proc.stderr
     assert "ready" not in proc.stdout
@@ -272,7 +272,7 @@ def test_serve_watches_a_parent_pid_that_is_not_its_parent(key, no_leftovers):
     # --parent-pid of a process that is not the serve's parent was taken for a dead parent
     # (getppid() differs), so the serve stopped right after "ready".
     watched = subprocess.Popen(["sleep", "120"])
-    serve = subprocess.Popen([sys.executable, "-m", "backline_core.cli", "coprocessor", "serve", "--key", key, "--fn",
+    serve = subprocess.Popen([sys.executable, "-m", "backline_core", "coprocessor", "serve", "--key", key, "--fn",
                               "echo", "--parent-pid", str(watched.pid)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     no_leftovers.append((serve.pid, start_time(serve.pid)))
@@ -309,12 +309,12 @@ def test_serve_signalled_during_its_start_stops_cleanly(tmp_path, key, no_leftov
     mark = tmp_path / "importing"
     name = module_dir(f"""
         import pathlib, time
-        from backline_core.builtins import echo
+        from backline_core._builtins import echo
         pathlib.Path({str(mark)!r}).write_text("now")
         time.sleep(2)
         fn = echo()
     """)
-    serve = subprocess.Popen([sys.executable, "-m", "backline_core.cli", "coprocessor", "serve", "--key", key, "--fn",
+    serve = subprocess.Popen([sys.executable, "-m", "backline_core", "coprocessor", "serve", "--key", key, "--fn",
                               f"{name}:fn"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     no_leftovers.append((serve.pid, start_time(serve.pid)))
     assert wait_until(mark.exists, START_S), "the serve never started importing its function"
@@ -330,7 +330,7 @@ def test_serve_signalled_during_its_start_stops_cleanly(tmp_path, key, no_leftov
 DEPLOY_FROM_CWD = """
 import os, sys
 from backline_core import Controller, Coprocessor, Placement
-from backline_core.deployment import deploy
+from backline_core._deployment import deploy
 
 key, pythonpath = sys.argv[1], sys.argv[2]
 if pythonpath != "-":  # set here, for the child only: this process's sys.path is already fixed
@@ -383,13 +383,13 @@ def test_child_environment_drops_only_working_directory_entries(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["", "/abs/one", ".", "rel/two", "/abs/three", ""]))
     monkeypatch.setenv("PYTHONSTARTUP", "/tmp/startup.py")
     monkeypatch.setenv("BACKLINE_TEST_KEPT", "yes")
-    env = CoprocessorProcess._child_environment()
+    env = child_environment()
     assert env["PYTHONPATH"] == os.pathsep.join(["/abs/one", "/abs/three"])
     assert env["PYTHONSAFEPATH"] == "1"
     assert "PYTHONSTARTUP" not in env
     assert env["BACKLINE_TEST_KEPT"] == "yes"
     monkeypatch.setenv("PYTHONPATH", ":.")
-    assert "PYTHONPATH" not in CoprocessorProcess._child_environment()
+    assert "PYTHONPATH" not in child_environment()
 
 
 # ---- 3. start-up errors, deadlines, nothing left running ----------------------------------
@@ -439,7 +439,7 @@ def test_child_never_ready_hits_the_deadline_and_is_killed(key, no_leftovers, mo
 def test_terminate_has_a_deadline_for_a_child_that_ignores_sigterm(key, no_leftovers, module_dir):
     name = module_dir("""
         import signal
-        from backline_core.builtins import echo
+        from backline_core._builtins import echo
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         fn = echo()
     """)
@@ -471,7 +471,7 @@ def test_a_printing_function_does_not_block_on_a_full_pipe(key, no_leftovers, mo
     # function that prints blocked the coprocessor and rounds timed out.
     name = module_dir("""
         import sys
-        from backline_core.coprocessor_function import CoprocessorFunction
+        from backline_core._coprocessor_function import CoprocessorFunction
 
         def _chatty(decoder_id, payload):
             print("x" * 32768, flush=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from backline_core.native import lib
-from backline_core.session import Session
+from backline_core._abi import lib
+from backline_core._session import Session
 
 
 def test_park_returns_once_stop_has_finished_and_rounds_are_served_meanwhile(key):

@@ -13,19 +13,19 @@ import random
 
 import pytest
 
-from backline_core import bench
-from backline_core.coprocessor_function import CoprocessorFunction
-from backline_core.deployment import CoprocessorProcess, deploy
-from backline_core.errors import (
+from backline_core import _bench as bench
+from backline_core._coprocessor_function import CoprocessorFunction
+from backline_core._deployment import CoprocessorProcess, deploy
+from backline_core._errors import (
     InvalidArgumentError,
     NothingPostedError,
     PlacementError,
     RingFullError,
     TransportError,
 )
-from backline_core.native import get_library
-from backline_core.placement import Controller, Coprocessor, Placement
-from backline_core.session import Session
+from backline_core._abi import get_library
+from backline_core._placement import Controller, Coprocessor, Placement
+from backline_core._session import Session
 
 PLACES = ("controller-thread", "thread", "process")  # a coprocessor's runs_in
 IN_PROCESS = ("controller-thread", "thread")

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from backline_core.errors import (
+from backline_core._errors import (
     AbiError,
     DeadlineError,
     KeyTakenError,
@@ -34,10 +34,10 @@ from backline_core.errors import (
     PlacementError,
     TransportError,
 )
-from backline_core.native import lib
-from backline_core.placement import Controller, Coprocessor, Placement
-from backline_core.resolution import resolve
-from backline_core.session import Session
+from backline_core._abi import lib
+from backline_core._placement import Controller, Coprocessor, Placement
+from backline_core._resolution import resolve
+from backline_core._session import Session
 
 SEGMENT_DIR = f"/dev/shm/backline-{os.geteuid()}"
 DIR_ENV = "BACKLINE_MEMCPY_DIR"
@@ -153,7 +153,7 @@ def wait_for_zombie(pid: int) -> None:
 # prints the exception it met, or says it connected.
 _CONNECT = """
     import sys
-    from backline_core.session import Session
+    from backline_core._session import Session
     try:
         s = Session.open("memcpy", "controller", sys.argv[1], config=sys.argv[2], in_bytes=8, out_bytes=8)
     except Exception as exc:
@@ -370,8 +370,8 @@ def test_coprocessor_refuses_a_name_another_user_put_on_its_key(key, made, shm_p
 
 _OTHER_USER = """
     import os, sys
-    from backline_core.errors import DeadlineError
-    from backline_core.session import Session, resolve_function
+    from backline_core._errors import DeadlineError
+    from backline_core._session import Session, resolve_function
 
     key, uid = sys.argv[1], int(sys.argv[2])
     steane = resolve_function("steane")
@@ -482,7 +482,7 @@ def test_new_coprocessor_takes_over_from_an_unreaped_one(key, coprocessor, contr
 
 _HOLDING_CONTROLLER = """
     import sys, time
-    from backline_core.session import Session
+    from backline_core._session import Session
     s = Session.open("memcpy", "controller", sys.argv[1], config="connect_timeout_ms=3000;timeout_ms=1000",
                      in_bytes=8, out_bytes=8)
     assert s.round(b"mine") == b"mine"

@@ -43,7 +43,7 @@ import pennylane as qml
 
 from backline_compiler import Backline, qjit
 from backline_core import Controller, Coprocessor, CoprocessorFunction, Endpoint
-from backline_core.errors import PluginError
+from backline_core._errors import PluginError
 
 #: Spin this long (µs) between rounds before sleeping: the simulator takes tens of µs per
 #: gate, and a sleeping coprocessor costs a wake-up on the next round.

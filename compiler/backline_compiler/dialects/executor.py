@@ -12,7 +12,7 @@ in the parentheses after the session, as in the reference)::
     %r = executor.call %session("fn", "/lib.so")(%a, %buf) {num_input_args = 1 : i64} : !executor.session, (i64, !llvm.ptr) -> i32
     executor.close %session : !executor.session
 
-``executor.open`` checks its address with :meth:`backline_core.placement.Endpoint.parse`.
+``executor.open`` checks its address with :meth:`backline_core._placement.Endpoint.parse`.
 
 Semantics (ABI 2 of the core's ``backline/executor.h``, which ``convert-executor-to-llvm``
 targets):
@@ -54,8 +54,8 @@ from xdsl.irdl import (
 )
 from xdsl.utils.exceptions import VerifyException
 
-from backline_core.errors import PlacementError
-from backline_core.placement import Endpoint
+from backline_core._errors import PlacementError
+from backline_core._placement import Endpoint
 
 
 @irdl_attr_definition

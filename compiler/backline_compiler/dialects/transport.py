@@ -89,10 +89,10 @@ from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.lexer import Position
 
 from backline_core._native import lib
-from backline_core.errors import PlacementError
-from backline_core.hookspecs import HARDWARE, ROLES, RUNS_IN
-from backline_core.placement import Placement
-from backline_core.serialization import FORMAT
+from backline_core._errors import PlacementError
+from backline_core._hookspecs import HARDWARE, ROLES, RUNS_IN
+from backline_core._placement import Placement
+from backline_core._serialization import FORMAT
 
 CONTROLLER, COPROCESSOR = ROLES
 
@@ -523,7 +523,7 @@ class BacklineAttr(_Record):
     """``#transport.backline<transport = "memcpy", qec_code = "steane", controller = #transport.node<...>,
     coprocessors = [#transport.node<...>, ...]>``: a placement.
 
-    It converts to and from the core's :class:`~backline_core.placement.Placement` through
+    It converts to and from the core's :class:`~backline_core._placement.Placement` through
     ``Placement.to_dict()`` / ``from_dict()``; verifying it checks the placement's shape (no
     plugin is consulted). Parsing stores the canonical form (default names filled in, keys
     sorted), so equal placements print the same text.

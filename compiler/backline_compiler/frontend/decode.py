@@ -20,8 +20,8 @@ import jax.numpy as jnp
 from jax.extend.core import Primitive
 
 from backline_core._native import lib
-from backline_core.placement import Placement
-from backline_core.resolution import resolve
+from backline_core._placement import Placement
+from backline_core._resolution import resolve
 
 from ..dialects import bqec
 from .capture import Interpreter

@@ -27,8 +27,8 @@ from pennylane.devices import Device, ExecutionConfig
 from pennylane.exceptions import DeviceError
 
 from backline_core import Controller, Coprocessor, Placement, plugins
-from backline_core.errors import PlacementError
-from backline_core.resolution import resolve
+from backline_core._errors import PlacementError
+from backline_core._resolution import resolve
 
 POLICIES = ("round-robin", "by-check-type")
 #: A pass named ``encode-X`` encodes programs in the QEC code ``X``.
@@ -126,7 +126,7 @@ class Backline(Device):
     @contextlib.contextmanager
     def deployment(self) -> Iterator[None]:
         """Start the coprocessors that run in another process (resolved ``runs_in="process"``) for one run."""
-        from backline_core.deployment import start_process
+        from backline_core._deployment import start_process
 
         procs = []
         try:
@@ -140,7 +140,7 @@ class Backline(Device):
 
     def attach_rtt_logs(self, capacity: int) -> dict[str, Any]:
         """Record the RTT of every round on each coprocessor's controller session."""
-        from backline_core.session import RoundTripLog
+        from backline_core._session import RoundTripLog
 
         return {n.name: RoundTripLog.attach(n.name, min(capacity, 10_000_000)) for n in self.placement.coprocessors}
 

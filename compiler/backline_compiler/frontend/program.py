@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 from xdsl.dialects import llvm
 
-from backline_core import errors
-from backline_core.device import QuantumDevice
-from backline_core.native import last_error
+from backline_core import _errors as errors
+from backline_core._device import QuantumDevice
+from backline_core._abi import last_error
 
 from .. import codegen, pipeline
 from ..dialects import bqec

@@ -193,7 +193,7 @@ def check_symbol(fn: RuntimeFunction) -> None:
     called at address 0)."""
     import ctypes
 
-    from backline_core.native import get_library
+    from backline_core._abi import get_library
 
     where = f"runtime_call({fn.symbol}: {fn.signature})"
     if fn.library is not None:

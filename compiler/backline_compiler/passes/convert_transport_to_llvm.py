@@ -36,7 +36,7 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr, i32, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from backline_core.session import ROLES, runs_in_code
+from backline_core._session import ROLES, runs_in_code
 
 from ..dialects import transport as t
 from .cross_compile_targets import TARGET_ATTR

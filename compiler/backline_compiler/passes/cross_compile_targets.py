@@ -58,8 +58,8 @@ from xdsl.dialects.builtin import DictionaryAttr, ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
-from backline_core.errors import PlacementError
-from backline_core.placement import Endpoint
+from backline_core._errors import PlacementError
+from backline_core._placement import Endpoint
 
 from .. import codegen
 

@@ -123,10 +123,10 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import PassFailedException
 
-from backline_core.coprocessor_function import CoprocessorFunction
-from backline_core.errors import PlacementError
-from backline_core.placement import Endpoint, Placement
-from backline_core.resolution import Resolution, ResolvedNode
+from backline_core._coprocessor_function import CoprocessorFunction
+from backline_core._errors import PlacementError
+from backline_core._placement import Endpoint, Placement
+from backline_core._resolution import Resolution, ResolvedNode
 
 from ..dialects import transport as t
 from .cross_compile_targets import TARGET_ATTR, host_triple, parse_target, target_modules

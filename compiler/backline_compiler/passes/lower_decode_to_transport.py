@@ -65,8 +65,8 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import PassFailedException
 
-from backline_core.placement import Placement
-from backline_core.resolution import Resolution
+from backline_core._placement import Placement
+from backline_core._resolution import Resolution
 
 from ..dialects import bqec
 from ..dialects import transport as t

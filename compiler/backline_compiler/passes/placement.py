@@ -3,7 +3,7 @@
 A module carries its placement as the module attribute ``backline.placement`` (a
 ``#transport.backline<...>``). A pass that needs plugin facts -- backend libraries, where
 a coprocessor runs, its built function -- calls :func:`module_resolution`, which is
-:func:`backline_core.resolution.resolve`: the core caches it per placement value, so the
+:func:`backline_core._resolution.resolve`: the core caches it per placement value, so the
 passes of one compile share a single resolution.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.exceptions import PassFailedException
 
-from backline_core.errors import BacklineError
-from backline_core.placement import Placement
-from backline_core.resolution import Resolution, resolve
+from backline_core._errors import BacklineError
+from backline_core._placement import Placement
+from backline_core._resolution import Resolution, resolve
 
 from ..dialects import transport as t
 

@@ -16,8 +16,8 @@ from backline_compiler.frontend.device import qec_codes, quantum_devices
 from xdsl.passes import ModulePass
 
 from backline_core import Pass, hookimpl, plugins
-from backline_core.errors import PlacementError, UnknownPluginError
-from backline_core.session import Session
+from backline_core._errors import PlacementError, UnknownPluginError
+from backline_core._session import Session
 
 
 def controller(kind: str = "null.qubit", wires: int = 3) -> bl.Controller:

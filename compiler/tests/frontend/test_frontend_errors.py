@@ -159,7 +159,7 @@ def test_run_time_wire_out_of_range_fails_at_run_time_with_the_device_message():
         qml.X(k)
         return qml.sample(wires=0)
 
-    from backline_core import errors
+    from backline_core import _errors as errors
 
     program = compiled(f)
     assert np.asarray(program(0)).tolist() == [[1], [1]]
@@ -172,7 +172,7 @@ def test_angles_stim_cannot_simulate_fail_at_run_time():
         qml.RX(x, 0)
         return qml.sample(wires=0)
 
-    from backline_core import errors
+    from backline_core import _errors as errors
 
     with pytest.raises(errors.InvalidArgumentError, match=r"device 'stim' does not support gate RX\(0.3\)"):
         compiled(f)(0.3)

@@ -24,7 +24,7 @@ jax = pytest.importorskip("jax")
 import backline_compiler as bl
 import jax.numpy as jnp
 
-from backline_core.native import get_library
+from backline_core._abi import get_library
 
 PI = np.pi
 

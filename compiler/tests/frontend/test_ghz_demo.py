@@ -64,7 +64,7 @@ def test_only_the_placement_changes_in_an_executor(corrected: demo.Outcome) -> N
 
 def test_demo_command_compares_the_executor_with_in_process(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("backline_executor_orc.handle", reason="needs the backline-executor-orc plugin")
-    from backline_core.cli import main
+    from backline_core._cli import main
 
     assert main(["demo", "ghz", "--shots", "200", "--skip-placements", "--executor", "local", "--compare"]) == 0
     out = capsys.readouterr().out
@@ -93,13 +93,13 @@ def test_demo_command_refuses_an_executor_and_rdma_together(capsys: pytest.Captu
 
 
 def test_demo_command_runs() -> None:
-    from backline_core.cli import main
+    from backline_core._cli import main
 
     assert main(["demo", "ghz", "--shots", "300", "--skip-placements"]) == 0
 
 
 def test_demo_command_rejects_an_unknown_demo(capsys: pytest.CaptureFixture[str]) -> None:
-    from backline_core.cli import main
+    from backline_core._cli import main
 
     assert main(["demo", "nope"]) == 2
     assert "unknown demo 'nope'; available: ghz" in capsys.readouterr().err

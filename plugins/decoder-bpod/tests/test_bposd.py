@@ -28,16 +28,18 @@ from backline_decoder_bpod.native import LIBRARY
 from backline_decoder_bpod.params import encode
 
 from backline_core import (
+    BoundFunction,
     Controller,
     Coprocessor,
     CoprocessorFunction,
+    FunctionError,
     Placement,
+    UnknownDecoderError,
+    deploy,
     plugins,
 )
-from backline_core.bound_function import BoundFunction
-from backline_core.builtins import steane as steane_table
-from backline_core.deployment import deploy
-from backline_core.errors import FunctionError, UnknownDecoderError
+
+steane_table = plugins.get("decoder", "steane").build  # the core's Steane lookup table
 
 #: the test data: code matrices as .npz (see data/README.md)
 CODES_DIR = Path(__file__).parent / "data"
@@ -592,7 +594,7 @@ def test_backline_bench_with_bposd(runs_in, extra, hgp13_npz, tmp_path):
     before = set(_shm_for(""))
     out = tmp_path / "bench.json"
     result = subprocess.run(
-        [sys.executable, "-m", "backline_core.cli", "bench", "--coprocessor-fn", "bposd", "--code", str(hgp13_npz),
+        [sys.executable, "-m", "backline_core", "bench", "--coprocessor-fn", "bposd", "--code", str(hgp13_npz),
          "--runs-in", runs_in, "--rounds", "20000", "--block", "5000", "--no-progress", "--json", str(out), *extra],
         check=False, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
     assert result.returncode == 0, result.stdout + result.stderr

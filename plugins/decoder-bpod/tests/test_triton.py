@@ -34,10 +34,9 @@ from backline_decoder_bpod import (
 )
 from backline_decoder_bpod.triton_bp import TritonBpOsdDecoder, triton_decoder
 
-from backline_core import CoprocessorFunction, Session
-from backline_core.bound_function import BoundFunction
-from backline_core.builtins import steane
-from backline_core.errors import FunctionError
+from backline_core import BoundFunction, CoprocessorFunction, FunctionError, Session, plugins
+
+steane = plugins.get("decoder", "steane").build  # the core's Steane lookup table
 
 if not triton_bp.INTERPRETED and not torch.cuda.is_available():  # pragma: no cover
     pytest.skip("triton was imported before TRITON_INTERPRET=1 was set and there is no GPU", allow_module_level=True)

@@ -24,7 +24,7 @@ import threading
 
 import stim
 
-from backline_core.native import ffi, lib
+from backline_core.sdk import ffi, lib
 
 BL_OK, BL_EINVAL, BL_EBACKEND = lib.BL_OK, lib.BL_EINVAL, lib.BL_EBACKEND
 _MASK64 = (1 << 64) - 1

@@ -7,10 +7,9 @@ import math
 
 import pytest
 
-from backline_core import errors, plugins
-from backline_core.device import BELL_PROGRAM, QuantumDevice
-
-
+from backline_core import InvalidArgumentError, plugins
+from backline_core.sdk import QuantumDevice
+from backline_core.testing import BELL_PROGRAM
 
 
 def bell_shots(dev: QuantumDevice, shots: int) -> list[tuple[int, int]]:
@@ -111,7 +110,7 @@ def test_two_qubit_noise_and_other_flips() -> None:
 
 def test_unsupported_rotation_angle() -> None:
     with QuantumDevice.open("stim", 1) as dev:
-        with pytest.raises(errors.InvalidArgumentError, match=r"device 'stim' does not support gate RX\(0.3\) on wire 0"):
+        with pytest.raises(InvalidArgumentError, match=r"device 'stim' does not support gate RX\(0.3\) on wire 0"):
             dev.gate("RX", [0], [0.3])
         assert dev.op_count == 0
         dev.gate("RX", [0], [math.pi / 2])  # the device still works
@@ -119,7 +118,7 @@ def test_unsupported_rotation_angle() -> None:
 
 
 def test_config_keys_are_refused() -> None:
-    with pytest.raises(errors.InvalidArgumentError, match="the stim device takes no configuration keys, got 'seed'"):
+    with pytest.raises(InvalidArgumentError, match="the stim device takes no configuration keys, got 'seed'"):
         QuantumDevice.open("stim", 2, config="seed=3")
 
 

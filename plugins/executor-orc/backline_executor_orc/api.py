@@ -23,9 +23,8 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from backline_core.errors import PlacementError, TransportError
-from backline_core.native import check, ffi, lib
-from backline_core.resolution import ResolvedNode
+from backline_core import PlacementError, ResolvedNode, TransportError
+from backline_core.sdk import check, ffi, lib
 
 
 def cli(argv: Sequence[str]) -> int:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from backline_core.native import check, ffi, lib
+from backline_core.sdk import check, ffi, lib
 
 from .api import open_session
 from .handle import Executor

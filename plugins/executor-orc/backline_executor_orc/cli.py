@@ -146,7 +146,7 @@ def serve(args: argparse.Namespace) -> int:
         except PermissionError:
             pass
 
-    from backline_core._native import lib
+    from backline_core.sdk import lib
 
     from .secret import SecretError, load_secret
 

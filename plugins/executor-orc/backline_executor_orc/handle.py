@@ -46,14 +46,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from backline_core.deployment import child_environment
-from backline_core.errors import (
-    AuthenticationError,
-    DeadlineError,
-    InvalidArgumentError,
-    PeerError,
-    TransportError,
-)
+from backline_core import AuthenticationError, DeadlineError, InvalidArgumentError, PeerError, TransportError
+from backline_core.sdk import child_environment
 
 from .secret import generate_secret_file
 
@@ -72,7 +66,7 @@ def configure_client(address: str, secret_file: str, timeout_ms: int | None = No
     """Tell this process's C client which secret file authenticates ``address`` and how long
     each call to it may take (``bl_executor_configure``; None: env BACKLINE_EXECUTOR_TIMEOUT_MS,
     else BL_EXECUTOR_DEFAULT_TIMEOUT_MS); raise a failed status as its exception."""
-    from backline_core.native import check, lib
+    from backline_core.sdk import check, lib
 
     if timeout_ms is not None and (isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0):
         raise InvalidArgumentError(f"timeout_ms={timeout_ms!r} must be a whole number of milliseconds > 0")
@@ -156,7 +150,7 @@ def _probe_hello(host: str, port: int, timeout: float) -> bool:
     """Whether an executor answers at host:port: it sends a HELLO frame at accept, so the first
     four bytes are the protocol's magic (anything else listening there, or an SSH forward whose
     far end is not up, is not it). Sends nothing; the server drops the unauthenticated socket."""
-    from backline_core.native import lib
+    from backline_core.sdk import lib
 
     deadline = time.monotonic() + timeout
     try:
@@ -177,7 +171,7 @@ def _probe_hello(host: str, port: int, timeout: float) -> bool:
 
 
 def _check_protocol(version: int, where: str) -> None:
-    from backline_core.native import lib
+    from backline_core.sdk import lib
 
     if version != lib.BL_EXECUTOR_PROTOCOL_VERSION:
         raise TransportError(f"the executor {where} speaks protocol version {version}, this client speaks "
@@ -535,7 +529,6 @@ def deployment_wheels(packages: Sequence[str | os.PathLike[str]] = ()) -> list[s
     """Wheels of backline-core, backline-executor-orc and each source folder in ``packages``
     (e.g. ``plugins/transport-memcpy``), built from the checkouts this process imported them from."""
     import backline_core
-
     import backline_executor_orc
 
     wheels = []
@@ -865,7 +858,7 @@ class Executor:
 
 
 def _interpreter_flags() -> list[str]:
-    from backline_core.deployment import CoprocessorProcess
+    from backline_core.sdk import CoprocessorProcess
 
     return CoprocessorProcess._interpreter_flags()
 

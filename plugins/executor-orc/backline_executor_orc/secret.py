@@ -13,7 +13,7 @@ import secrets
 import stat
 from collections.abc import Mapping
 
-from backline_core._native import lib
+from backline_core.sdk import lib
 
 ENV = "BACKLINE_EXECUTOR_SECRET"
 

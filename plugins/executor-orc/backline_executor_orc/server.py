@@ -29,7 +29,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from backline_core._native import lib
+from backline_core.sdk import lib
 
 from . import session, wire
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
-from backline_core._native import ffi, lib
+from backline_core.sdk import ffi, lib
 
 from . import elf, signature, wire
 from .wire import ProtocolError

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from backline_core._native import lib
+from backline_core.sdk import lib
 
 _U64 = struct.Struct(">Q")
 _MAX_DEPTH = 16  # nesting of arrays/structs; deeper is surely not a kernel's signature

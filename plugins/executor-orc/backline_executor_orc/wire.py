@@ -2,7 +2,7 @@
 
 Every message is a 12-byte big-endian header (magic, version, type, body length) and a
 body. The numbers (magic, version, types, limits, deadlines) come from
-``backline/executor.h`` through ``backline_core._native.lib``; the two HMAC labels are
+``backline/executor.h`` through ``backline_core.sdk.lib``; the two HMAC labels are
 string macros of the same header, read from the shipped header file.
 
 >>> from backline_executor_orc import wire
@@ -22,7 +22,7 @@ import struct
 import time
 
 from backline_core import get_include
-from backline_core._native import lib
+from backline_core.sdk import lib
 
 HEADER = struct.Struct(">IHHI")
 if HEADER.size != lib.BL_EXECUTOR_HEADER_BYTES:  # pragma: no cover - a header/codec mismatch

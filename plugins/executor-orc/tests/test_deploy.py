@@ -11,15 +11,24 @@ from pathlib import Path
 
 import pytest
 
-from backline_core import Controller, Coprocessor, Placement
-from backline_core.bound_function import BoundFunction
-from backline_core.builtins import steane
-from backline_core.deployment import deploy
-from backline_core.errors import KeyTakenError, PeerError, PlacementError, TransportError
+from backline_core import (
+    BoundFunction,
+    Controller,
+    Coprocessor,
+    KeyTakenError,
+    PeerError,
+    Placement,
+    PlacementError,
+    TransportError,
+    deploy,
+    plugins,
+)
 
 pytest.importorskip("backline_compiler", reason="building an executor's code needs backline-compiler on this host")
 
 from backline_executor_orc.handle import Executor  # noqa: E402
+
+steane = plugins.get("decoder", "steane").build  # the core's Steane lookup table
 
 SHM = Path(f"/dev/shm/backline-{os.geteuid()}")
 
@@ -128,7 +137,7 @@ def test_wrong_secret_is_refused_before_anything_runs(executor, tmp_path):
 
 
 def test_bench_runs_in_an_executor():
-    out = subprocess.run([sys.executable, "-m", "backline_core.cli", "bench", "--runs-in", "executor",
+    out = subprocess.run([sys.executable, "-m", "backline_core", "bench", "--runs-in", "executor",
                           "--rounds", "20000", "--block", "10000", "--no-progress"],
                          capture_output=True, text=True, timeout=300)
     print(out.stdout, out.stderr)
@@ -137,7 +146,7 @@ def test_bench_runs_in_an_executor():
 
 
 def test_executor_bench_reports_each_figure():
-    out = subprocess.run([sys.executable, "-m", "backline_core.cli", "executor", "bench", "--rounds", "50"],
+    out = subprocess.run([sys.executable, "-m", "backline_core", "executor", "bench", "--rounds", "50"],
                          capture_output=True, text=True, timeout=300)
     print(out.stdout, out.stderr)
     assert out.returncode == 0, out.stderr
@@ -147,7 +156,7 @@ def test_executor_bench_reports_each_figure():
 
 
 def test_executor_bench_bad_input_is_one_line():
-    out = subprocess.run([sys.executable, "-m", "backline_core.cli", "executor", "bench", "--rounds", "3"],
+    out = subprocess.run([sys.executable, "-m", "backline_core", "executor", "bench", "--rounds", "3"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--rounds" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 

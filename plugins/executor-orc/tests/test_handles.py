@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backline_core.errors import AuthenticationError, InvalidArgumentError, TransportError
-from backline_core.native import check, ffi, last_error, lib
-
 from backline_executor_orc.handle import Executor, configure_client, split_address
+
+from backline_core import AuthenticationError, InvalidArgumentError, TransportError
+from backline_core.sdk import check, ffi, last_error, lib
 
 HERE = Path(__file__).resolve().parent
 
@@ -296,7 +296,7 @@ NETNS_SCRIPT = textwrap.dedent('''
     import json
     import sys
 
-    from backline_core.native import check, ffi, lib
+    from backline_core.sdk import check, ffi, lib
 
     from backline_executor_orc.handle import Executor
 

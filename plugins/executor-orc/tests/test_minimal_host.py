@@ -13,10 +13,9 @@ import subprocess
 
 import pytest
 
-from backline_core import Controller, Coprocessor, Placement
-from backline_core.bound_function import BoundFunction
-from backline_core.builtins import steane
-from backline_core.deployment import deploy
+from backline_core import BoundFunction, Controller, Coprocessor, Placement, deploy, plugins
+
+steane = plugins.get("decoder", "steane").build  # the core's Steane lookup table
 
 MINIMAL = os.environ.get("BACKLINE_EXECUTOR_MINIMAL_PYTHON")
 

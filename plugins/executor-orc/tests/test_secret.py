@@ -6,9 +6,9 @@ import os
 import stat
 
 import pytest
-
-from backline_core._native import lib
 from backline_executor_orc.secret import ENV, SecretError, generate_secret_file, load_secret, read_secret_file
+
+from backline_core.sdk import lib
 
 
 def _write(path, data: bytes, mode: int = 0o600) -> str:

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 import pytest
-
-from backline_core._native import lib
 from backline_executor_orc import wire
 from backline_executor_orc.secret import generate_secret_file, read_secret_file
+
+from backline_core.sdk import lib
 
 llvm.initialize_native_target()
 llvm.initialize_native_asmprinter()

@@ -9,9 +9,9 @@ import struct
 import threading
 
 import pytest
-
-from backline_core._native import lib
 from backline_executor_orc import wire
+
+from backline_core.sdk import lib
 
 
 def test_header_round_trip_and_layout():

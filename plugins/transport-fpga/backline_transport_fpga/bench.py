@@ -23,11 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from backline_core import Controller, Coprocessor, Endpoint, Placement
-from backline_core.bench import PERCENTILES, BenchConfig, RoundRunner, free_port
-from backline_core.coprocessor_function import CoprocessorFunction
-from backline_core.deployment import deploy
-from backline_core.errors import BacklineError, from_status
+from backline_core import BacklineError, Controller, Coprocessor, CoprocessorFunction, Endpoint, Placement, deploy
+from backline_core.sdk import PERCENTILES, BenchConfig, RoundRunner, free_port, from_status
 
 from .model import EngineModel
 from .native import backend, hwhs

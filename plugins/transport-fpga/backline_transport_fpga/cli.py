@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from backline_core.cli import Parser, run_command
+from backline_core.sdk import Parser, run_command
 
 from . import model
 from .native import hwhs

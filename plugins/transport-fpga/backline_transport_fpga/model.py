@@ -17,8 +17,8 @@ import sys
 import time
 from typing import Any
 
-from backline_core.deployment import child_environment
-from backline_core.errors import BacklineError, DeadlineError, from_status
+from backline_core import BacklineError, DeadlineError
+from backline_core.sdk import child_environment, from_status
 
 from .native import default_window
 
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from backline_core.cli import Parser
+    from backline_core.sdk import Parser
 
     args = add_arguments(Parser(prog="python -m backline_transport_fpga.model")).parse_args(argv)
     return run(args)
@@ -143,7 +143,7 @@ class EngineModel:
 
 
 if __name__ == "__main__":
-    from backline_core.cli import one_line
+    from backline_core.sdk import one_line
 
     try:
         sys.exit(main())

@@ -9,7 +9,7 @@ from typing import Any
 
 from cffi import FFI
 
-from backline_core._cffi_build import cdef_from_header
+from backline_core.sdk import cdef_from_header
 
 from . import get_library, get_model_library, native_dir
 

@@ -10,7 +10,7 @@ import mmap
 import os
 import struct
 
-from backline_core.errors import BacklineError
+from backline_core import BacklineError
 
 from .native import hwhs
 

@@ -11,13 +11,12 @@ import subprocess
 import sys
 
 import pytest
-
-from backline_core import Controller, Coprocessor, Endpoint, Placement, Session, plugins, resolve
-from backline_core.errors import BacklineError
-from backline_core.testing import free_port, one_line
 from backline_transport_fpga import get_library, native_dir
 from backline_transport_fpga.model import EngineModel
 from backline_transport_fpga.native import backend, hwhs
+
+from backline_core import BacklineError, Controller, Coprocessor, Endpoint, Placement, Session, plugins, resolve
+from backline_core.testing import free_port, one_line
 
 HOST = "127.0.0.1"
 
@@ -29,7 +28,7 @@ def fpga_placement(window: str, port: int = 18515, fn: str = "steane") -> Placem
 
 
 def backline(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "backline_core.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "backline_core", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -165,8 +164,9 @@ def test_bench_options_an_fpga_controller_cannot_take_are_one_line_errors(args: 
 
 
 def test_the_hw_loop_refuses_payloads_its_syndrome_table_cannot_hold() -> None:
-    from backline_core.bench import BenchConfig
     from backline_transport_fpga.bench import syndrome_table
+
+    from backline_core.sdk import BenchConfig
 
     cfg = BenchConfig(transport="rdma", controller_hardware="fpga", loop="hw", payload_bytes=16)
     with pytest.raises(BacklineError, match="at most 8 bytes"):

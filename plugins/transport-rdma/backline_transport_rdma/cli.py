@@ -17,8 +17,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from backline_core.cli import Parser, cpu_or_none, run_command
-from backline_core.errors import BacklineError
+from backline_core import BacklineError
+from backline_core.sdk import Parser, cpu_or_none, run_command
 
 NO_DEVICES = "no RDMA devices: libibverbs finds none; for Soft-RoCE: rdma link add rxe0 type rxe netdev IFACE"
 
@@ -67,10 +67,7 @@ def _check_peer_args(args: argparse.Namespace) -> None:
 
 
 def _cmd_bench_peer(args: argparse.Namespace) -> int:
-    from backline_core.bench import PEER_KEY
-    from backline_core.deployment import CoprocessorProcess
-
-    from backline_core.bench_floor import Responder
+    from backline_core.sdk import PEER_KEY, CoprocessorProcess, Responder
 
     from .floor import FLOOR_PORT_OFFSET, READY_TIMEOUT_S, StopWatch
     from .floor import responder as floor_responder
@@ -79,7 +76,7 @@ def _cmd_bench_peer(args: argparse.Namespace) -> int:
     stop = StopWatch(None)  # armed first: a signal during start-up ends it, leaving nothing running
     responder: Responder | None = None
     coprocessor: CoprocessorProcess | None = None
-    from backline_core.native import lib
+    from backline_core.sdk import lib
 
     # The responder waits for the bench as long as this peer serves (at most the ABI's longest timeout).
     longest = lib.BL_MAX_TIMEOUT_MS / 1000.0

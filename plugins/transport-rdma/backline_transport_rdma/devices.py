@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from backline_core.errors import BacklineError
+from backline_core import BacklineError
 
 #: Where Debian installs python3-pyverbs.
 DEBIAN_DIST_PACKAGES = "/usr/lib/python3/dist-packages"

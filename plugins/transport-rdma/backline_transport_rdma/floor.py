@@ -12,7 +12,7 @@ It prints one ``ready port=P pid=N`` line once it listens (port 0: any free port
 it took), waits for one initiator (``--wait-ms``; by default the connect timeout), serves it
 until it disconnects, and exits on SIGTERM, SIGINT or SIGHUP or when ``--parent-pid`` exits.
 The responder process, the initiator's Python side and the tool runner are the core's floor
-kit (:mod:`backline_core.bench_floor`); this module gives what is rdma's: the device, the
+kit (:mod:`backline_core.sdk`); this module gives what is rdma's: the device, the
 verbs library and perftest.
 """
 
@@ -26,7 +26,7 @@ import shutil
 import sys
 from typing import Any
 
-from backline_core.bench_floor import (
+from backline_core.sdk import (
     DEFAULT_TIMEOUT_MS,
     FLOOR_PORT_OFFSET,
     READY_TIMEOUT_S,
@@ -120,7 +120,7 @@ def responder(host: str, port: int = 0, *, device: str = "", ib_port: int = 0, g
 class Floor(NativeFloor):
     """The bare RDMA WRITE ping-pong between this process and a responder on the coprocessor's CPU,
     on the device, port and GID given (by default the first active ones); :meth:`reference` runs
-    perftest's ``ib_write_lat`` there for comparison. See :class:`~backline_core.bench_floor.NativeFloor`.
+    perftest's ``ib_write_lat`` there for comparison. See :class:`~backline_core.sdk.NativeFloor`.
     """
 
     label = LABEL
@@ -134,7 +134,7 @@ class Floor(NativeFloor):
         return LIBRARY
 
     def check(self) -> None:
-        from backline_core.errors import from_status
+        from backline_core.sdk import from_status
 
         try:
             check_device(self.device, self.ib_port, self.gid_index)
@@ -208,8 +208,8 @@ def perftest_write_lat(device: str, ib_port: int, gid_index: int, payload_bytes:
                        server_cpu: int | None = None, client_cpu: int | None = None,
                        timeout_s: float | None = None) -> tuple[dict[str, Any] | None, str]:
     """Run ``ib_write_lat`` server and client here; (round-trip figures in ns, a note saying what ran or why not)."""
-    from backline_core.bench import free_port  # numpy: not for the responder, which starts fast
-    from backline_core.errors import BacklineError
+    from backline_core import BacklineError
+    from backline_core.sdk import free_port  # numpy: not for the responder, which starts fast
 
     exe = shutil.which("ib_write_lat")
     if exe is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from backline_core import Command, Transport, hookimpl
-from backline_core.hookspecs import REMOTE_INIT_ARGS
+from backline_core.sdk import REMOTE_INIT_ARGS
 
 from . import get_library
 

@@ -16,23 +16,20 @@ import sys
 from typing import Any
 
 import pytest
-
-from backline_core import Controller, Coprocessor, Endpoint, Placement
-from backline_core.errors import PlacementError, TransportError
-from backline_core.native import check, lib
-from backline_core.resolution import resolve
-from backline_core.session import ROLES, c_string, runs_in_code
 from backline_transport_rdma import get_library
 from backline_transport_rdma.cli import NO_DEVICES
 from backline_transport_rdma.devices import MISSING
+
+from backline_core import Controller, Coprocessor, Endpoint, Placement, PlacementError, TransportError, resolve
+from backline_core.sdk import ROLES, c_string, check, lib, runs_in_code
 
 BACKLINE = os.path.join(os.path.dirname(sys.executable), "backline")
 ENDPOINT = Endpoint(host="127.0.0.1", port=18515)
 
 
 def backline(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``backline ARGS`` (the console script next to this interpreter, else ``-m backline_core.cli``)."""
-    command = [BACKLINE] if os.access(BACKLINE, os.X_OK) else [sys.executable, "-m", "backline_core.cli"]
+    """``backline ARGS`` (the console script next to this interpreter, else ``-m backline_core``)."""
+    command = [BACKLINE] if os.access(BACKLINE, os.X_OK) else [sys.executable, "-m", "backline_core"]
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120, env=env)
 
 

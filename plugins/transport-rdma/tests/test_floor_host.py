@@ -4,17 +4,16 @@ in guest/test_bench_guest.py (they need a device)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-
-from backline_core.bench import BenchConfig, BenchResult, Series, format_report
-from backline_core.errors import BacklineError, NotFoundError
-from backline_core.testing import children_running, one_line
 from backline_transport_rdma import floor
+
+from backline_core import BacklineError, NotFoundError
+from backline_core.sdk import BenchConfig, BenchResult, Series, format_report
+from backline_core.testing import children_running, one_line
 
 TIMEOUT_S = 60
 
@@ -36,7 +35,7 @@ def serve(*args: str) -> subprocess.CompletedProcess:
 
 
 def backline(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "backline_core.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "backline_core", *args], capture_output=True, text=True,
                           timeout=TIMEOUT_S)
 
 
@@ -192,19 +191,19 @@ def test_report_prints_the_floor_label_and_the_reference_row() -> None:
 
 
 def test_pause_and_resume_a_real_process() -> None:
-    from backline_core.bench import _process_state, pause_process, resume_process
+    from backline_core.sdk import pause, proc_state, resume
 
     proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        pause_process(proc.pid)
-        assert _process_state(proc.pid) in ("T", "t")
-        resume_process(proc.pid)
-        assert _process_state(proc.pid) not in ("T", "t")
+        pause(proc.pid)
+        assert proc_state(proc.pid) in ("T", "t")
+        resume(proc.pid)
+        assert proc_state(proc.pid) not in ("T", "t")
     finally:
         proc.kill()
         proc.wait(TIMEOUT_S)
-    pause_process(proc.pid)  # gone: nothing to do
-    resume_process(proc.pid)
+    pause(proc.pid)  # gone: nothing to do
+    resume(proc.pid)
 
 
 def test_no_responder_is_left_behind() -> None:

@@ -79,13 +79,13 @@ def test_rounds_cross_two_guests_on_a_virtual_wire() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="backline-two-guests-"))
     python = sys.executable
     # Two CPUs in the coprocessor's guest: its poller and the floor responder each spin on one.
-    serve = (f"ip addr add 10.99.0.2/24 dev eth0 && {python} -m backline_core.cli rdma bench-peer "
+    serve = (f"ip addr add 10.99.0.2/24 dev eth0 && {python} -m backline_core rdma bench-peer "
              f"--host 10.99.0.2 --port {PORT} --fn steane --cpu 1 --floor-cpu 0 --duration 800")
     (scratch / "controller.py").write_text(CONTROLLER)
     control = (f"ip addr add 10.99.0.1/24 dev eth0 && "
                f"for i in $(seq 120); do busybox ping -c1 -W1 10.99.0.2 >/dev/null && break; done && "
                f"{python} {scratch / 'controller.py'} && "
-               f"{python} -m backline_core.cli bench --transport rdma --peer 10.99.0.2:{PORT} "
+               f"{python} -m backline_core bench --transport rdma --peer 10.99.0.2:{PORT} "
                f"--coprocessor-fn steane --payload-bytes 1 --rounds {BENCH_ROUNDS} --block 1000 --no-progress "
                f"--controller-cpu 0")
     b = _guest(scratch / "b", "52:54:00:00:00:02", b_port, a_port, serve, smp=2)

@@ -12,7 +12,7 @@ program::
 It prints one ``ready port=P pid=N`` line once it listens (port 0: any free port, the one
 it took), waits for one initiator, serves it until it disconnects, and exits on SIGTERM,
 SIGINT or SIGHUP or when ``--parent-pid`` exits. The process handling, the initiator's Python
-side and the tool runner are the core's floor kit (:mod:`backline_core.bench_floor`).
+side and the tool runner are the core's floor kit (:mod:`backline_core.sdk`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import shutil
 import sys
 from typing import Any
 
-from backline_core.bench_floor import (
+from backline_core.sdk import (
     DEFAULT_TIMEOUT_MS,
     READY_TIMEOUT_S,
     FloorLibrary,
@@ -95,7 +95,7 @@ def responder(host: str, port: int = 0, *, tls: str = "auto", cpu: int | None = 
 class Floor(NativeFloor):
     """The bare UCX active-message ping-pong between this process and a responder on the
     coprocessor's CPU, on the UCX transports ``tls`` chooses; :meth:`reference` runs
-    ``ucx_perftest`` on the same. See :class:`~backline_core.bench_floor.NativeFloor`."""
+    ``ucx_perftest`` on the same. See :class:`~backline_core.sdk.NativeFloor`."""
 
     label = LABEL
 
@@ -108,7 +108,7 @@ class Floor(NativeFloor):
         return LIBRARY
 
     def check(self) -> None:
-        from backline_core.errors import BacklineError, TransportError
+        from backline_core import BacklineError, TransportError
 
         if not os.path.isfile(get_library()):
             raise TransportError("the ucx floor has no library: libucp's headers were missing when "
@@ -168,8 +168,8 @@ def ucx_perftest_am_lat(tls: str, payload_bytes: int, rounds: int, host: str, *,
                         client_cpu: int | None = None) -> tuple[dict[str, Any] | None, str]:
     """Run ``ucx_perftest -t ucp_am_lat`` server and client here, once per percentile (50, 99, 99.9: it
     reports one per run); (round-trip figures in ns, a note saying what ran or why not)."""
-    from backline_core.bench import free_port  # numpy: not for the responder, which starts fast
-    from backline_core.errors import BacklineError
+    from backline_core import BacklineError
+    from backline_core.sdk import free_port  # numpy: not for the responder, which starts fast
 
     exe = shutil.which("ucx_perftest")
     if exe is None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from backline_core import Transport, hookimpl
-from backline_core.errors import TransportError
-from backline_core.hookspecs import REMOTE_INIT_ARGS
+from backline_core import Transport, TransportError, hookimpl
+from backline_core.sdk import REMOTE_INIT_ARGS
 
 from . import get_library
 

@@ -14,11 +14,11 @@ import time
 
 import numpy as np
 import pytest
-
-from backline_core.bench import BenchConfig
-from backline_core.errors import BacklineError, DeadlineError, PeerError
-from backline_core.testing import children_running, gone, one_line
 from backline_transport_ucx import floor
+
+from backline_core import BacklineError, DeadlineError, PeerError
+from backline_core.sdk import BenchConfig
+from backline_core.testing import children_running, gone, one_line
 
 HOST = "127.0.0.1"
 TIMEOUT_S = 120
@@ -30,7 +30,7 @@ def serve(*args: str) -> subprocess.CompletedProcess:
 
 
 def backline(*args: str, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "backline_core.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "backline_core", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -16,9 +16,18 @@ import time
 
 import pytest
 
-from backline_core import Controller, Coprocessor, Endpoint, Placement, Session
-from backline_core.deployment import deploy
-from backline_core.errors import BacklineError, KeyTakenError, PeerError, TransportError
+from backline_core import (
+    BacklineError,
+    Controller,
+    Coprocessor,
+    Endpoint,
+    KeyTakenError,
+    PeerError,
+    Placement,
+    Session,
+    TransportError,
+    deploy,
+)
 from backline_core.testing import ServeProcess, endpoint_config, free_port
 
 HOST = "127.0.0.1"
@@ -115,7 +124,7 @@ def test_a_busy_port_is_a_clear_error() -> None:
         taken.bind((HOST, 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = subprocess.run([sys.executable, "-m", "backline_core.cli", "coprocessor", "serve", "--transport", "ucx",
+        proc = subprocess.run([sys.executable, "-m", "backline_core", "coprocessor", "serve", "--transport", "ucx",
                                "--key", "dec", "--fn", "steane", "--config", config(port)],
                               capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc
@@ -199,8 +208,7 @@ def test_an_unknown_tls_is_refused_by_name(value: str) -> None:
 
 
 def test_a_coprocessor_without_an_endpoint_needs_one() -> None:
-    from backline_core.errors import PlacementError
-    from backline_core.resolution import resolve
+    from backline_core import PlacementError, resolve
 
     with pytest.raises(PlacementError) as info:
         resolve(Placement(controller=Controller(), transport="ucx",
@@ -209,8 +217,7 @@ def test_a_coprocessor_without_an_endpoint_needs_one() -> None:
 
 
 def test_a_coprocessor_in_the_controllers_process_is_refused() -> None:
-    from backline_core.errors import PlacementError
-    from backline_core.resolution import resolve
+    from backline_core import PlacementError, resolve
 
     with pytest.raises(PlacementError) as info:
         resolve(Placement(controller=Controller(), transport="ucx",
@@ -245,8 +252,9 @@ def test_a_coprocessor_in_an_executor_answers_over_ucx() -> None:
 
 def test_without_its_backend_resolution_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     """An install on a machine without libucp's headers has no backend library (setup.py skips it)."""
-    from backline_core.resolution import resolve
     from backline_transport_ucx import plugin
+
+    from backline_core import resolve
 
     monkeypatch.setattr(plugin, "get_library", lambda: str(tmp_path / "libbackline_transport_ucx.so"))
     with pytest.raises(TransportError) as info:
@@ -258,7 +266,7 @@ def test_without_its_backend_resolution_says_what_to_install(monkeypatch: pytest
 
 
 def backline(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "backline_core.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "backline_core", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -21,7 +21,7 @@ CASES = [
 @pytest.mark.parametrize("tls,fn,payload,rounds", CASES, ids=[f"{c[0]}-{c[1]}-{c[3]}" for c in CASES])
 def test_soak_loses_and_mismatches_nothing(tls: str, fn: str, payload: int, rounds: int, tmp_path) -> None:
     out = tmp_path / "soak.json"
-    cmd = [sys.executable, "-m", "backline_core.cli", "bench", "--transport", "ucx", "--transport-arg", f"tls={tls}",
+    cmd = [sys.executable, "-m", "backline_core", "bench", "--transport", "ucx", "--transport-arg", f"tls={tls}",
            "--coprocessor-fn", fn, "--payload-bytes", str(payload), "--rounds", str(rounds), "--no-progress",
            "--json", str(out)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)

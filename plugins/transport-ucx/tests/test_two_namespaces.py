@@ -86,8 +86,7 @@ def test_rounds_cross_two_network_namespaces_over_tcp() -> None:
 def test_bench_with_a_peer_in_the_other_namespace() -> None:
     # What `backline bench --peer` needs on the peer's host: the coprocessor (key "bench") on PORT
     # and the floor's responder on PORT + 1.
-    from backline_core.bench import PEER_KEY
-    from backline_core.bench_floor import FLOOR_PORT_OFFSET
+    from backline_core.sdk import FLOOR_PORT_OFFSET, PEER_KEY
 
     with two_namespaces("10.204.0") as (a, b, host_b):
         with ServeProcess("ucx", PORT, "steane", key=PEER_KEY, host=host_b, wrapper=["ip", "netns", "exec", b],
@@ -98,7 +97,7 @@ def test_bench_with_a_peer_in_the_other_namespace() -> None:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             try:
                 assert floor.stdout.readline().startswith("ready"), floor.stderr.read()
-                bench = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-m", "backline_core.cli", "bench",
+                bench = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-m", "backline_core", "bench",
                                         "--transport", "ucx", "--transport-arg", "tls=tcp", "--peer",
                                         f"{host_b}:{PORT}", "--coprocessor-fn", "steane", "--payload-bytes", "1",
                                         "--rounds", "5000", "--no-progress"], capture_output=True, text=True,

@@ -1,6 +1,6 @@
 /*
  * backline/bench_floor.h -- the C side of a networked transport's bench floor (the Python
- * side is backline_core.bench_floor): what every bare ping-pong floor does the same way,
+ * side is backline_core._bench_floor): what every bare ping-pong floor does the same way,
  * whatever carries its messages. A transport's floor embeds a bl_floor in its handle and
  * gives a bl_floor_ops of its own data path (an RDMA WRITE, a UCX active message).
  *

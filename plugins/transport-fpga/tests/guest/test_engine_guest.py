@@ -15,12 +15,21 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
-from backline_core import Controller, Coprocessor, CoprocessorFunction, Endpoint, Placement, Session
-from backline_core.deployment import deploy
-from backline_core.errors import BacklineError, DeadlineError, PeerError
-from backline_core.testing import ServeProcess, endpoint_config, free_port
 from backline_transport_fpga.native import backend, hwhs
+
+from backline_core import (
+    BacklineError,
+    Controller,
+    Coprocessor,
+    CoprocessorFunction,
+    DeadlineError,
+    Endpoint,
+    PeerError,
+    Placement,
+    Session,
+    deploy,
+)
+from backline_core.testing import ServeProcess, endpoint_config, free_port
 
 HOST = "127.0.0.1"
 #: a round under TCG, with three spinning processes on two emulated CPUs, can stall for long
@@ -185,7 +194,7 @@ def test_the_pacer_waits_freq_plus_lfsr_and_span_before_each_round(engine) -> No
 
 
 def _status(window: str) -> str:
-    r = subprocess.run([sys.executable, "-m", "backline_core.cli", "fpga", "status", "--window", window],
+    r = subprocess.run([sys.executable, "-m", "backline_core", "fpga", "status", "--window", window],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return r.stdout
@@ -313,7 +322,7 @@ def test_a_slow_coprocessor_function_saturates_the_trace(engine, tmp_path) -> No
 @pytest.mark.parametrize("loop, fn", [("sw", "echo"), ("hw", "steane")])
 def test_backline_bench_with_the_fpga_controller(rdma_device: str, loop: str, fn: str) -> None:
     payload = "1" if fn == "steane" else "8"
-    r = subprocess.run([sys.executable, "-m", "backline_core.cli", "bench", "--transport", "rdma",
+    r = subprocess.run([sys.executable, "-m", "backline_core", "bench", "--transport", "rdma",
                         "--controller-hardware", "fpga", "--loop", loop, "--coprocessor-fn", fn, "--payload-bytes",
                         payload, "--rounds", "300", "--no-progress"], capture_output=True, text=True, timeout=600)
     print(r.stdout)

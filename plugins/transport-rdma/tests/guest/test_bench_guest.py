@@ -18,10 +18,10 @@ import time
 
 import numpy as np
 import pytest
-
-from backline_core.errors import DeadlineError, PeerError
-from backline_core.testing import ServeProcess, free_port, gone
 from backline_transport_rdma import floor
+
+from backline_core import DeadlineError, PeerError
+from backline_core.testing import ServeProcess, free_port, gone
 
 pytestmark = pytest.mark.usefixtures("rdma_device")
 
@@ -141,7 +141,7 @@ def test_bench_rdma_prints_framework_floor_and_perftest(extra, tmp_path) -> None
     controller, coprocessor = cpus()
     cpu_args = ["--controller-cpu", str(controller), "--coprocessor-cpu", str(coprocessor)] if controller is not None \
         else ["--controller-cpu", "none", "--coprocessor-cpu", "none"]
-    result = subprocess.run([sys.executable, "-m", "backline_core.cli", "bench", "--transport", "rdma", "--rounds",
+    result = subprocess.run([sys.executable, "-m", "backline_core", "bench", "--transport", "rdma", "--rounds",
                              "20000", "--block", "5000", "--no-progress", "--json", str(out_json), *cpu_args, *extra],
                             capture_output=True, text=True, timeout=BENCH_TIMEOUT_S, cwd=str(tmp_path))
     print(result.stdout)
@@ -166,14 +166,14 @@ def test_bench_against_a_bench_peer_runs_with_nothing_started_here(tmp_path) -> 
     # The two-host mode on one host: the peer serves the coprocessor and the floor's responder,
     # the bench starts neither. (test_two_guests.py runs it across two guests.)
     port = free_port(HOST)
-    peer = subprocess.Popen([sys.executable, "-m", "backline_core.cli", "rdma", "bench-peer", "--host", HOST,
+    peer = subprocess.Popen([sys.executable, "-m", "backline_core", "rdma", "bench-peer", "--host", HOST,
                              "--port", str(port), "--fn", "steane", "--cpu", "none", "--floor-cpu", "none",
                              "--duration", str(BENCH_TIMEOUT_S)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ready = peer.stdout.readline()
         assert ready.startswith(f"ready peer={HOST}:{port} coprocessor=steane"), ready + peer.stderr.read()
-        result = subprocess.run([sys.executable, "-m", "backline_core.cli", "bench", "--transport", "rdma",
+        result = subprocess.run([sys.executable, "-m", "backline_core", "bench", "--transport", "rdma",
                                  "--peer", f"{HOST}:{port}", "--coprocessor-fn", "steane", "--payload-bytes", "1",
                                  "--rounds", "2000", "--block", "1000", "--no-progress", "--controller-cpu", "none"],
                                 capture_output=True, text=True, timeout=BENCH_TIMEOUT_S, cwd=str(tmp_path))

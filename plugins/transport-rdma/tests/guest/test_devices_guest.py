@@ -12,7 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
 from backline_transport_rdma.cli import main
 from backline_transport_rdma.devices import format_devices, list_devices
 
@@ -23,7 +22,7 @@ IN_GUEST = os.environ.get("BACKLINE_IN_GUEST") == "1"  # run-in-guest sets it: r
 
 
 def test_devices_lists_the_device_its_port_and_gids(rdma_device):
-    command = [BACKLINE] if os.access(BACKLINE, os.X_OK) else [sys.executable, "-m", "backline_core.cli"]
+    command = [BACKLINE] if os.access(BACKLINE, os.X_OK) else [sys.executable, "-m", "backline_core"]
     proc = subprocess.run([*command, "rdma", "devices"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc
     assert proc.stderr == ""

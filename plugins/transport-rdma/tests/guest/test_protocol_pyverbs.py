@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from backline_transport_rdma.devices import PyverbsUnavailable, load_pyverbs
 
 from backline_core import Session
-from backline_core.native import lib
+from backline_core.sdk import lib
 from backline_core.testing import ServeProcess, free_port
-from backline_transport_rdma.devices import PyverbsUnavailable, load_pyverbs
 
 pytestmark = pytest.mark.usefixtures("rdma_device")
 

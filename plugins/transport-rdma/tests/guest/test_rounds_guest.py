@@ -6,7 +6,6 @@ elsewhere the ``rdma_device`` fixture skips them. Kept small: Python runs ~14x s
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -15,9 +14,19 @@ import time
 
 import pytest
 
-from backline_core import Controller, Coprocessor, Endpoint, Placement, Session
-from backline_core.deployment import deploy
-from backline_core.errors import BacklineError, KeyTakenError, PeerError, PlacementError, TransportError
+from backline_core import (
+    BacklineError,
+    Controller,
+    Coprocessor,
+    Endpoint,
+    KeyTakenError,
+    PeerError,
+    Placement,
+    PlacementError,
+    Session,
+    TransportError,
+    deploy,
+)
 from backline_core.testing import ServeProcess, endpoint_config, free_port
 
 pytestmark = pytest.mark.usefixtures("rdma_device")
@@ -115,7 +124,7 @@ def test_a_busy_port_is_a_clear_error() -> None:
         taken.bind((HOST, 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = subprocess.run([sys.executable, "-m", "backline_core.cli", "coprocessor", "serve", "--transport", "rdma",
+        proc = subprocess.run([sys.executable, "-m", "backline_core", "coprocessor", "serve", "--transport", "rdma",
                                "--key", "dec", "--fn", "steane", "--config", config(port)],
                               capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
@@ -134,7 +143,7 @@ def test_a_wrong_device_port_or_gid_lists_what_exists(extra: dict[str, object], 
     for word in words:
         assert word in str(info.value)
     with pytest.raises(PlacementError) as info:  # and resolution says so before anything starts
-        from backline_core.resolution import resolve
+        from backline_core import resolve
 
         resolve(Placement(controller=Controller(init_args=extra), transport="rdma",
                           coprocessors=[Coprocessor(name="dec", coprocessor_fn="steane", runs_in="process",

@@ -2,7 +2,7 @@
  * floor.h -- the bare UCX floor of `backline bench --transport ucx`: an active-message
  * ping-pong between two processes with nothing of the framework in the path, through a UCX
  * worker set up exactly as the ucx backend sets up its own (worker.h). Byte layout and
- * handshake: the top of floor.c. The Python side is backline_core.bench_floor's kit.
+ * handshake: the top of floor.c. The Python side is backline_core._bench_floor's kit.
  *
  * Responder:  bl_ucx_floor_listen -> (say "listening") -> bl_ucx_floor_serve -> bl_ucx_floor_free
  *             (bl_ucx_floor_stop, from any thread, ends a serve early)

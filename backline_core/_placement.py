@@ -4,9 +4,9 @@ A :class:`Placement` has one :class:`Controller`, any number of :class:`Coproces
 nodes and the name of the transport plugin between them. Every object is a frozen,
 hashable value that checks its own shape when it is built (types, names, ranges) and
 consults no plugin: whether the installed plugins can run it is decided in one step,
-:func:`backline_core.resolution.resolve`.
+:func:`backline_core._resolution.resolve`.
 
-:mod:`backline_core.serialization` gives a placement its dict and JSON forms; the
+:mod:`backline_core._serialization` gives a placement its dict and JSON forms; the
 compiler carries it as a typed IR attribute of its own.
 """
 
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from . import config
+from . import _config as config
 from ._native import lib
-from .coprocessor_function import CoprocessorFunction
-from .errors import PlacementError, short_repr as _short
-from .hookspecs import HARDWARE, RUNS_IN as _RUNS_IN_NAMES
+from ._coprocessor_function import CoprocessorFunction
+from ._errors import PlacementError, short_repr as _short
+from ._hookspecs import HARDWARE, RUNS_IN as _RUNS_IN_NAMES
 
 #: The session-key rule of backline.h (BL_KEY_MAX_LEN); node names are session keys.
 _NODE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_.-]{{0,{lib.BL_KEY_MAX_LEN - 1}}}")
@@ -194,7 +194,7 @@ class Node:
     ``name`` is the session key (empty: the placement assigns a default): 1 to 64 letters,
     digits, ``_``, ``.``, ``-``, starting with a letter or a digit;
     ``remote``/``executor_options`` say whether and how the node runs out of process;
-    ``init_args`` configure its transport session (see :mod:`backline_core.config`).
+    ``init_args`` configure its transport session (see :mod:`backline_core._config`).
     Mappings are stored read-only, and left out of the hash (equality still compares them).
     """
 
@@ -354,9 +354,9 @@ class Placement:
 
     Nodes left unnamed get default names ("controller", "coprocessor0", ...); the
     stored nodes carry their final names. Building one checks its shape only; which
-    plugins run it is :func:`backline_core.resolution.resolve`'s business.
+    plugins run it is :func:`backline_core._resolution.resolve`'s business.
 
-    >>> from backline_core.placement import Controller, Coprocessor, Placement
+    >>> from backline_core._placement import Controller, Coprocessor, Placement
     >>> p = Placement(controller=Controller(), coprocessors=[Coprocessor(coprocessor_fn="steane")],
     ...               transport="any-transport")
     >>> [node.name for node in p.nodes], p.transport
@@ -426,31 +426,31 @@ class Placement:
         names = ", ".join(repr(n.name) for n in self.coprocessors) or "none"
         raise PlacementError(f"no coprocessor named {name!r} in this placement; coprocessors: {names}")
 
-    # -- serialized forms (see backline_core.serialization) --------------------------------
+    # -- serialized forms (see backline_core._serialization) --------------------------------
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict with ``"format": "backline.placement/1"``."""
-        from . import serialization
+        from . import _serialization as serialization
 
         return serialization.placement_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Placement:
         """Inverse of :meth:`to_dict`."""
-        from . import serialization
+        from . import _serialization as serialization
 
         return serialization.placement_from_dict(data)
 
     def to_json(self) -> str:
         """Canonical JSON text (sorted keys, compact)."""
-        from . import serialization
+        from . import _serialization as serialization
 
         return serialization.placement_to_json(self)
 
     @classmethod
     def from_json(cls, text: str) -> Placement:
         """Inverse of :meth:`to_json`."""
-        from . import serialization
+        from . import _serialization as serialization
 
         return serialization.placement_from_json(text)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from . import errors
+from . import _errors as errors
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 

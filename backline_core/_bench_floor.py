@@ -22,14 +22,14 @@ import argparse
 import contextlib
 import os
 import re
-import select
-import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from ._process import ChildProcess, StopWatch, describe_exit, pause, resume
 
 DEFAULT_TIMEOUT_MS = 1000  # BL_DEFAULT_TIMEOUT_MS, the framework's round deadline
 READY_TIMEOUT_S = 120.0  # a responder's start (Python is slow under emulation)
@@ -57,7 +57,7 @@ class FloorLibrary:
         with self._lock:
             if self._lib is not None:
                 return
-            from .native import get_include
+            from ._abi import get_include
 
             with open(os.path.join(get_include(), "backline", "bench.h")) as fh:
                 bench_h = fh.read()
@@ -95,52 +95,6 @@ class FloorLibrary:
 
 
 # -- the responder process ----------------------------------------------------------------------
-
-class StopWatch:
-    """SIGTERM, SIGINT, SIGHUP (an orphaned stopped child gets SIGHUP and SIGCONT), or the
-    parent's exit (a pidfd; the parent pid polled where there is none)."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-    def __init__(self, parent_pid: int | None) -> None:
-        self.parent_pid = parent_pid
-        self.reason: str | None = None
-        self._r, self._w = os.pipe()
-        os.set_blocking(self._r, False)
-        os.set_blocking(self._w, False)
-        self._old_fd = signal.set_wakeup_fd(self._w)
-        self._old = {sig: signal.signal(sig, self._on_signal) for sig in self.SIGNALS}
-        self._pidfd: int | None = None
-        if parent_pid is not None:
-            try:
-                self._pidfd = os.pidfd_open(parent_pid)
-            except ProcessLookupError:
-                self.reason = f"parent process {parent_pid} had exited"
-            except (AttributeError, OSError):
-                pass
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.reason = self.reason or f"signal {signal.Signals(signum).name}"
-
-    def wait(self, seconds: float) -> bool:
-        """Whether a stop came (waiting at most ``seconds`` for one)."""
-        if self.reason is None:
-            fds = [self._r] + ([self._pidfd] if self._pidfd is not None else [])
-            ready, _, _ = select.select(fds, [], [], seconds)
-            if self._pidfd in ready:
-                self.reason = f"parent process {self.parent_pid} exited"
-            if self.parent_pid is not None and os.getppid() != self.parent_pid:
-                self.reason = self.reason or f"parent process {self.parent_pid} exited"
-        return self.reason is not None
-
-    def close(self) -> None:
-        signal.set_wakeup_fd(self._old_fd)
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler)
-        for fd in (self._r, self._w, self._pidfd):
-            if fd is not None:
-                os.close(fd)
-
 
 def say_error(name: str, text: str, status: int) -> None:
     """A responder's one error line, which :class:`Responder` turns back into an exception."""
@@ -214,7 +168,7 @@ def serve_responder(library: FloorLibrary, listen: Callable[[Any, Any, int], int
         stop.close()
 
 
-class Responder:
+class Responder(ChildProcess):
     """A floor responder child process (``python -P -m MODULE serve ARGS --parent-pid PID``),
     started and stopped cleanly.
 
@@ -224,109 +178,47 @@ class Responder:
 
     def __init__(self, module: str, args: Sequence[str], name: str, *,
                  ready_timeout: float = READY_TIMEOUT_S) -> None:
-        from .deployment import child_environment
-        from .errors import TransportError
+        from ._deployment import child_environment, interpreter
 
-        self.name = name
-        cmd = [sys.executable, "-P", "-m", module, "serve", *args, "--parent-pid", str(os.getpid())]
+        super().__init__([*interpreter(), "-m", module, "serve", *args, "--parent-pid", str(os.getpid())],
+                         name=f"the {name} floor responder", env=child_environment(), ready=r"^ready port=(\d+)")
+        self.floor = name
         self.paused = False
+        self._closed = False
         try:
-            # Its own process group: a terminal's Ctrl-C goes to the bench, which stops it.
-            self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=child_environment(), process_group=0)
-        except OSError as exc:
-            raise TransportError(f"cannot start the floor responder ({sys.executable}): {exc}") from None
-        try:
-            self.port = self._await_ready(ready_timeout)
+            self.port = int(self.wait_ready(ready_timeout).group(1))
         except BaseException:
             self.close()
             raise
 
-    def _await_ready(self, ready_timeout: float) -> int:
-        from .errors import DeadlineError
-
-        assert self.proc is not None and self.proc.stdout is not None
-        deadline = time.monotonic() + ready_timeout
-        line = b""
-        fd = self.proc.stdout.fileno()
-        while not line.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DeadlineError(f"the floor responder (pid {self.proc.pid}) was not ready within "
-                                    f"{ready_timeout:g} s")
-            ready, _, _ = select.select([fd], [], [], min(left, 0.5))
-            if ready:
-                chunk = os.read(fd, 256)
-                if not chunk:
-                    break
-                line += chunk
-        match = re.match(rb"ready port=(\d+)", line)
-        if match:
-            return int(match.group(1))
-        self.proc.wait(STOP_TIMEOUT_S)
-        raise self._error(f"exited with status {self.proc.returncode} before it was ready")
-
-    def _error(self, how: str) -> Exception:
+    def start_error(self) -> Exception:
         """The error the responder's last line of stderr reports, as the exception its status names."""
-        from .errors import from_status
+        from ._errors import from_status
 
-        assert self.proc is not None
-        said = (self.proc.stderr.read() if self.proc.stderr else b"").decode(errors="replace").strip()
-        last = said.splitlines()[-1] if said else ""
+        last = self.last_line()
         status = re.search(r"\[status (-?\d+)\]\s*$", last)
-        text = re.sub(rf"^{re.escape(self.name)} floor: error: |\s*\[status -?\d+\]\s*$", "", last)
+        text = re.sub(rf"^{re.escape(self.floor)} floor: error: |\s*\[status -?\d+\]\s*$", "", last)
+        how = f"{describe_exit(self.proc.returncode)} before it was ready"
         return from_status(int(status.group(1)) if status else -8,
-                           f"the floor responder {how}: {text or 'it said nothing'}")
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
-
-    def wait(self, timeout: float) -> int | None:
-        """Its exit status once it has exited (waiting at most ``timeout`` s), else None."""
-        if self.proc is None:
-            return 0
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
+                           f"{self.name} {how}: {text or 'it said nothing'}")
 
     def pause(self) -> None:
         """SIGSTOP it and wait until it is stopped (its CPU is then free)."""
-        if self.proc is not None and not self.paused:
-            from .bench import pause_process
-
-            pause_process(self.proc.pid)
+        if not self._closed and not self.paused:
+            pause(self.pid)
             self.paused = True
 
     def resume(self) -> None:
         """SIGCONT it."""
-        if self.proc is not None and self.paused:
-            from .bench import resume_process
-
-            resume_process(self.proc.pid)
+        if not self._closed and self.paused:
+            resume(self.pid)
             self.paused = False
 
     def close(self) -> None:
         """Stop it (SIGCONT, SIGTERM, then SIGKILL) and wait for it (idempotent)."""
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        try:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGCONT)  # a stopped process takes no SIGTERM
-                    proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(STOP_TIMEOUT_S)
-        finally:
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
+        if not self._closed:
+            self._closed = True
+            self.terminate(STOP_TIMEOUT_S)
 
 
 # -- the bench's side ---------------------------------------------------------------------------
@@ -400,7 +292,7 @@ class NativeFloor:
             raise
 
     def _connect(self) -> None:
-        from .errors import from_status
+        from ._errors import from_status
 
         lib = self.library()
         err = lib.err_buffer()
@@ -434,7 +326,7 @@ class NativeFloor:
 
     def run(self, first: int, out: Any) -> None:
         """``len(out)`` rounds into ``out`` (numpy uint64, ns each); raises if a round is lost or a reply differs."""
-        from .errors import BacklineError, from_status
+        from ._errors import BacklineError, from_status
 
         if self._handle is None:
             raise BacklineError("the floor is not started (use it as a context manager)")
@@ -484,7 +376,7 @@ def as_int(key: str, value: Any, default: int) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
-        from .errors import BacklineError
+        from ._errors import BacklineError
 
         raise BacklineError(f"init_args {key}={value!r}: must be an integer") from None
 

@@ -1,4 +1,4 @@
-"""The stable serialized forms of a :class:`~backline_core.placement.Placement`: a dict and JSON.
+"""The stable serialized forms of a :class:`~backline_core._placement.Placement`: a dict and JSON.
 
 :func:`placement_to_dict` gives nested objects with ``"format": "backline.placement/1"``;
 :func:`placement_to_json` the canonical JSON text of it (sorted keys, compact). Fields
@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .coprocessor_function import CoprocessorFunction
-from .errors import PlacementError
-from .errors import short_repr as _short
-from .placement import Controller, Coprocessor, Endpoint, Node, Placement
+from ._coprocessor_function import CoprocessorFunction
+from ._errors import PlacementError
+from ._errors import short_repr as _short
+from ._placement import Controller, Coprocessor, Endpoint, Node, Placement
 
 FORMAT = "backline.placement/1"
 #: Nesting deeper than this is refused before Python's recursion limit is reached.

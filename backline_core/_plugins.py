@@ -5,7 +5,7 @@ lookup by name, only the entry points of that name: choosing ``memcpy`` never im
 another transport, and listing transports imports no compiler pass. A plugin that fails to
 import is recorded with its error and never stops the others (nor another distribution's
 plugin of the same name). Every loaded plugin is registered with one pluggy
-``PluginManager`` whose hook specs live in :mod:`backline_core.hookspecs`; one hook call
+``PluginManager`` whose hook specs live in :mod:`backline_core._hookspecs`; one hook call
 per kind collects every plugin's records.
 
 Names are unique per kind, except transports: several distributions may each serve a
@@ -28,8 +28,8 @@ from typing import Any
 import pluggy
 from stevedore import extension, named
 
-from .errors import PluginError, UnknownPluginError, short_repr as _short
-from .hookspecs import ENTRY_POINT_GROUPS, PROJECT, RECORD_TYPES, BacklineSpecs, Transport
+from ._errors import PluginError, UnknownPluginError, short_repr as _short
+from ._hookspecs import ENTRY_POINT_GROUPS, PROJECT, RECORD_TYPES, BacklineSpecs, Transport
 
 _KIND_TO_GROUP = {kind: group for group, kind in ENTRY_POINT_GROUPS.items()}
 IN_PROCESS = "(registered in process)"
@@ -259,7 +259,7 @@ class PluginRegistry:
                 f"{' and '.join(sorted(p.distribution for p in serving))}; uninstall one of them"
             )
         if not serving:
-            from .errors import PlacementError
+            from ._errors import PlacementError
 
             served = "; ".join(f"{p.distribution}: {p.describe()}" for p in parts)
             raise PlacementError(

@@ -17,8 +17,6 @@ import json
 import math
 import numbers
 import os
-import signal
-import socket
 import sys
 import time
 import zipfile
@@ -28,15 +26,16 @@ from typing import Any
 
 import numpy as np
 
-from . import plugins
-from .bound_function import BoundFunction
-from .coprocessor_function import CoprocessorFunction
-from .deployment import connect_controller, deploy
-from .errors import BacklineError, from_status
-from .hookspecs import HARDWARE
-from .native import ffi, last_error, lib
-from .placement import RUNS_IN, Controller, Coprocessor, Endpoint, Placement
-from .resolution import resolve
+from . import _plugins as plugins
+from ._bound_function import BoundFunction
+from ._coprocessor_function import CoprocessorFunction
+from ._deployment import connect_controller, deploy
+from ._errors import BacklineError, from_status
+from ._hookspecs import HARDWARE
+from ._abi import ffi, last_error, lib
+from ._placement import RUNS_IN, Controller, Coprocessor, Endpoint, Placement
+from ._process import free_port, pause, resume
+from ._resolution import resolve
 
 PERCENTILES = (("p99", 99.0), ("p999", 99.9), ("p9999", 99.99), ("p99999", 99.999))
 #: the shared-memory floor's row in the report (a transport's own floor names itself)
@@ -696,46 +695,6 @@ def _run_with_peer(cfg: BenchConfig, part: Any, function: CoprocessorFunction, i
     raise AssertionError("unreachable")  # the with block returns or raises
 
 
-def free_port(host: str) -> int:
-    """A TCP port free on ``host`` now (bound to port 0, read, closed again)."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind, proto) as s:
-            s.bind(address)
-            return int(s.getsockname()[1])
-    except OSError as exc:
-        raise BacklineError(f"--host {host}: cannot listen there ({exc.strerror or exc}); give an address of this "
-                            "machine, e.g. 127.0.0.1") from None
-
-
-def _process_state(pid: int) -> str | None:
-    """The state letter of /proc/PID/stat (R, S, T, Z, ...), None once the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def pause_process(pid: int, timeout: float = 5.0) -> None:
-    """SIGSTOP ``pid`` and wait until it is stopped (or gone: its peer finds that out at the next round)."""
-    try:
-        os.kill(pid, signal.SIGSTOP)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while _process_state(pid) not in ("T", "t", "Z", "X", None):
-        if time.monotonic() > deadline:
-            raise BacklineError(f"process {pid} did not stop within {timeout:g} s of SIGSTOP")
-        time.sleep(0.0005)
-
-
-def resume_process(pid: int) -> None:
-    """SIGCONT ``pid`` (nothing if it is gone)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGCONT)
-
-
 class _StoppedProcess:
     """A coprocessor process that spins when idle: paused (SIGSTOP) while the floor runs."""
 
@@ -743,12 +702,12 @@ class _StoppedProcess:
         self.pid, self.paused = pid, False
 
     def pause(self) -> None:
-        pause_process(self.pid)
+        pause(self.pid)
         self.paused = True
 
     def resume(self) -> None:
         if self.paused:
-            resume_process(self.pid)
+            resume(self.pid)
             self.paused = False
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import os
 
-from .coprocessor_function import CoprocessorFunction
-from .hookspecs import Decoder, Device, hookimpl
-from .native import get_library
+from ._coprocessor_function import CoprocessorFunction
+from ._hookspecs import Decoder, Device, hookimpl
+from ._abi import get_library
 
 
 def echo() -> CoprocessorFunction:

@@ -2,9 +2,9 @@
 
 Every call goes through libbackline's ``bl_dev_*`` functions (``backline/device.h``), the
 same ones compiled programs call, so arguments are checked once, in C, and failures raise
-the :class:`~backline_core.errors.TransportError` subclass of their status.
+the :class:`~backline_core._errors.TransportError` subclass of their status.
 
->>> from backline_core.device import QuantumDevice
+>>> from backline_core._device import QuantumDevice
 >>> with QuantumDevice.open("null", 2) as dev:
 ...     dev.gate("H", [0]); dev.gate("CNOT", [0, 1])
 ...     print(dev.measure(1), dev.op_count)
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import errors, plugins
-from .native import check, ffi, lib
+from . import _errors as errors, _plugins as plugins
+from ._abi import check, ffi, lib
 
 #: Gate name -> bl_gate id (``CX`` is an alias of ``CNOT``).
 GATES: dict[str, int] = {

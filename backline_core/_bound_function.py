@@ -3,7 +3,7 @@
 Sessions bind these to decoder_ids; the benchmark and tests call them directly to know
 what a coprocessor must answer.
 
->>> from backline_core.builtins import steane
+>>> from backline_core._builtins import steane
 >>> with BoundFunction(steane()) as fn:
 ...     fn(0, bytes([0b010])).hex()
 '10'
@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .coprocessor_function import CoprocessorFunction
-from .errors import FunctionError, TransportError
-from .native import ffi, lib, load_symbol
+from ._coprocessor_function import CoprocessorFunction
+from ._errors import FunctionError, TransportError
+from ._abi import ffi, lib, load_symbol
 
 _log = logging.getLogger(__name__)
 

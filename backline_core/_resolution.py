@@ -1,6 +1,6 @@
 """Resolve a placement against the installed plugins, in one step.
 
-A :class:`~backline_core.placement.Placement` is a value that checks only its own shape.
+A :class:`~backline_core._placement.Placement` is a value that checks only its own shape.
 :func:`resolve` decides whether the installed plugins can run it and returns what
 deployment needs, per node: the backend library for (transport, hardware, role), the
 configuration the backend accepted, where a coprocessor runs and its built function. It
@@ -11,7 +11,7 @@ parameters are missing, a native function whose library or symbol does not load.
 ``deploy``, ``backline bench``, the frontend device and the compiler passes all call it.
 
 >>> from backline_core import Controller, Coprocessor, Placement, plugins
->>> from backline_core.resolution import resolve
+>>> from backline_core._resolution import resolve
 >>> if "memcpy" in plugins.names("transport"):
 ...     r = resolve(Placement(controller=Controller(), transport="memcpy",
 ...                           coprocessors=[Coprocessor(name="dec", coprocessor_fn="steane", runs_in="process")]))
@@ -29,14 +29,14 @@ import socket
 import threading
 from dataclasses import dataclass
 
-from . import plugins
-from .config import format_config
-from .coprocessor_function import CoprocessorFunction
-from .errors import PlacementError, PluginError, TransportError
-from .hookspecs import Transport
-from .native import check, lib, load_symbol
-from .placement import Coprocessor, Endpoint, Node, Placement
-from .session import ROLES, c_string, runs_in_code
+from . import _plugins as plugins
+from ._config import format_config
+from ._coprocessor_function import CoprocessorFunction
+from ._errors import PlacementError, PluginError, TransportError
+from ._hookspecs import Transport
+from ._abi import check, lib, load_symbol
+from ._placement import Coprocessor, Endpoint, Node, Placement
+from ._session import ROLES, c_string, runs_in_code
 
 
 #: The executor plugin a dispatched coprocessor uses when its executor_options name none.

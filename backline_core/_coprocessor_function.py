@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._native import lib
-from .errors import PlacementError
+from ._errors import PlacementError
 
 #: decoder_id must be below this (the size of a session's dispatch table; BL_MAX_DECODERS).
 MAX_DECODERS: int = lib.BL_MAX_DECODERS

@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from . import plugins
-from .config import parse_config
-from .coprocessor_function import CoprocessorFunction
-from .errors import InvalidArgumentError, LifecycleError, PlacementError
-from .bound_function import BoundFunction
-from .native import check, ffi, lib
-from .placement import RUNS_IN
+from . import _plugins as plugins
+from ._config import parse_config
+from ._coprocessor_function import CoprocessorFunction
+from ._errors import InvalidArgumentError, LifecycleError, PlacementError
+from ._bound_function import BoundFunction
+from ._abi import check, ffi, lib
+from ._placement import RUNS_IN
 
 ROLES = {"controller": lib.BL_CONTROLLER, "coprocessor": lib.BL_COPROCESSOR}
 

@@ -7,7 +7,7 @@ in an executor (``runs_in == "executor"``) is started by its executor plugin, wh
 node's compiled code there; closing the deployment stops it and closes the executor session.
 
 >>> from backline_core import Controller, Coprocessor, Placement, plugins
->>> from backline_core.deployment import deploy
+>>> from backline_core._deployment import deploy
 >>> if "memcpy" in plugins.names("transport"):
 ...     p = Placement(controller=Controller(), transport="memcpy",
 ...                   coprocessors=[Coprocessor(name="dec", coprocessor_fn="steane", runs_in="controller-thread")])
@@ -17,32 +17,29 @@ node's compiled code there; closing the deployment stops it and closes the execu
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import STATUS, DeadlineError, InvalidArgumentError, PlacementError, TransportError
-from .placement import Placement
-from . import plugins
-from .resolution import DEFAULT_EXECUTOR, Resolution, ResolvedNode, resolve
-from .session import Session, resolve_function
+from ._errors import STATUS, InvalidArgumentError, PlacementError, TransportError
+from ._process import ChildProcess, describe_exit
+from ._placement import Placement
+from . import _plugins as plugins
+from ._resolution import DEFAULT_EXECUTOR, Resolution, ResolvedNode, resolve
+from ._session import Session, resolve_function
 
 
 class CoprocessorProcess:
     """A coprocessor served by ``backline coprocessor serve`` in a child process.
 
-    The child is ``python -P -m backline_core.cli`` with this interpreter's isolation flags
+    The child is ``python -P -m backline_core`` with this interpreter's isolation flags
     and an environment whose ``PYTHONPATH`` keeps only absolute entries: nothing in the
     working directory (a module such as ``argparse.py``, a ``*.dist-info`` naming a plugin)
     is imported there. It runs in its own process group (a terminal's Ctrl-C or hang-up
@@ -51,185 +48,90 @@ class CoprocessorProcess:
 
     Start-up waits at most ``ready_timeout`` seconds for the child's ``ready`` line; a child
     that exits first raises the error its last line of stderr reports (as the
-    :class:`~backline_core.errors.TransportError` subclass its status names), and nothing
+    :class:`~backline_core.TransportError` subclass its status names), and nothing
     is left running when start-up fails. The child's output is read all along, so a
     function that prints never blocks on a full pipe; :meth:`output_tail` has its last lines.
     """
-
-    TAIL_LINES = 50
 
     def __init__(self, transport: str, key: str, functions: Sequence[str], config: str = "",
                  hardware: str = "cpu", ready_timeout: float = 30.0) -> None:
         if not isinstance(ready_timeout, (int, float)) or not (0 < ready_timeout < math.inf):
             raise InvalidArgumentError(f"ready_timeout={ready_timeout!r} must be a finite number of seconds > 0")
-        if not sys.executable:
-            raise TransportError("cannot start a coprocessor process: this interpreter does not know its own "
-                                 "executable (sys.executable is empty)")
         self.key = key
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._ready = threading.Event()
-        self._tail: collections.deque[tuple[str, str]] = collections.deque(maxlen=self.TAIL_LINES)  # (stream, line)
-        self._readers: list[threading.Thread] = []
-        self._spec_files: list[str] = []
-        # -P: the working directory is not put on sys.path (see _child_environment for the rest).
-        cmd = [sys.executable, *self._interpreter_flags(), "-P", "-m", "backline_core.cli", "coprocessor", "serve",
+        self.child: ChildProcess | None = None
+        spec_files: list[str] = []
+        # -P: the working directory is not put on sys.path (see child_environment for the rest).
+        cmd = [*interpreter(), "-m", "backline_core", "coprocessor", "serve",
                "--transport", transport, "--key", key, "--hardware", hardware, "--config", config,
                "--parent-pid", str(os.getpid())]
         try:
             for fn in functions:
                 if len(fn) > 4096:  # a native context can be far past the kernel's 128 KiB argument limit
                     fd, path = tempfile.mkstemp(prefix="backline-fn-", suffix=".json")
-                    self._spec_files.append(path)
+                    spec_files.append(path)
                     with os.fdopen(fd, "w") as fh:
                         fh.write(fn)
                     fn = "@" + path
                 cmd += ["--fn", fn]
-            try:
-                self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                             stderr=subprocess.PIPE, env=self._child_environment(), process_group=0)
-            except OSError as exc:
-                raise TransportError(f"cannot start the coprocessor process for key {key!r} "
-                                     f"({sys.executable}): {exc}") from None
-            self._read(self.proc.stdout, ready=True)
-            self._read(self.proc.stderr, ready=False)
-            self._await_ready(ready_timeout)
+            self.child = _ServeChild(cmd, name=f"coprocessor process for key {key!r}", env=child_environment())
+            self.child.wait_ready(ready_timeout)
         except BaseException:
             self.kill()  # nothing is left running when start-up fails
             raise
         finally:
-            self._remove_spec_files()
+            for path in spec_files:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
 
-    @staticmethod
-    def _signal_name(signum: int) -> str:
-        try:
-            return signal.Signals(signum).name
-        except ValueError:
-            return f"signal {signum}"
-
-    @staticmethod
-    def _interpreter_flags() -> list[str]:
-        """This interpreter's isolation flags, so the child is no less isolated than its parent."""
-        flags = sys.flags
-        if flags.isolated:
-            return ["-I"]
-        return (["-E"] if flags.ignore_environment else []) + (["-s"] if flags.no_user_site else [])
-
-    @staticmethod
-    def _child_environment() -> dict[str, str]:
-        return child_environment()
-
-    def _read(self, stream: Any, ready: bool) -> None:
-        """Drain one of the child's pipes on a thread: its lines go to the tail, the first
-        ``ready`` line of stdout sets the ready event."""
-
-        def run() -> None:
-            with contextlib.suppress(OSError, ValueError):
-                for raw in iter(stream.readline, b""):
-                    line = raw.decode(errors="replace").rstrip("\n")
-                    if ready and not self._ready.is_set() and line.startswith("ready"):
-                        self._ready.set()
-                        continue
-                    self._tail.append(("stdout" if ready else "stderr", line))
-
-        thread = threading.Thread(target=run, name=f"backline-serve-{self.key}-{'out' if ready else 'err'}",
-                                  daemon=True)
-        thread.start()
-        self._readers.append(thread)
-
-    def _await_ready(self, timeout: float) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while not self._ready.wait(0.05):
-            if self.proc.poll() is not None:
-                break
-            if time.monotonic() >= deadline:
-                raise DeadlineError(f"coprocessor process for key {self.key!r} (pid {self.proc.pid}) was not ready "
-                                    f"within {timeout} s{self._last_words(' (it said: {})')}")
-        if not self._ready.is_set():
-            self._join_readers(2.0)  # it has exited: its last words (or a last "ready") are a moment behind
-        if not self._ready.is_set():
-            raise self._start_error()
-
-    def _start_error(self) -> TransportError:
-        assert self.proc is not None
-        rc = self.proc.returncode
-        how = f"was killed by {self._signal_name(-rc)}" if rc is not None and rc < 0 else f"exited with status {rc}"
-        said = self._last_line()
-        message = f"coprocessor process for key {self.key!r} {how} before it was ready"
-        if not said:
-            return TransportError(f"{message} (it printed nothing on stderr)")
-        said = said.removeprefix("backline: error: ")
-        status = re.search(r"\[(BL_E[A-Z]+)\]\s*$", said)
-        cls = TransportError
-        if status:
-            cls = next((c for name, c in STATUS.values() if name == status.group(1)), TransportError)
-            return cls(f"{message}: {said}", status=status.group(1))
-        return cls(f"{message}: {said}")
-
-    def _last_line(self) -> str:
-        """The last non-empty line the child wrote on stderr."""
-        return next((line.strip() for stream, line in reversed(self._tail) if stream == "stderr" and line.strip()), "")
-
-    def _last_words(self, template: str) -> str:
-        line = self._last_line()
-        return template.format(line) if line else ""
-
-    def output_tail(self) -> list[str]:
-        """The child's last lines of output (stdout and stderr, as they came), oldest first."""
-        return [line for _, line in self._tail]
-
-    def _join_readers(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        for thread in self._readers:
-            thread.join(max(0.0, deadline - time.monotonic()))
-
-    def _remove_spec_files(self) -> None:
-        for path in self._spec_files:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        self._spec_files.clear()
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.child.proc if self.child is not None else None
 
     @property
     def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        assert self.child is not None
+        return self.child.pid
+
+    def output_tail(self) -> list[str]:
+        """The child's last lines of output (stdout and stderr, as they came), oldest first."""
+        return self.child.output_tail() if self.child is not None else []
 
     def terminate(self, timeout: float = 10.0) -> int | None:
         """Ask the server to stop cleanly (SIGTERM); kill it if it does not within ``timeout``."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._finish()
-        return self.proc.returncode
+        return self.child.terminate(timeout) if self.child is not None else None
 
     def kill(self, timeout: float = 10.0) -> None:
         """SIGKILL the server (as a crash would) and wait up to ``timeout`` for it to go."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                raise DeadlineError(f"coprocessor process {self.proc.pid} (key {self.key!r}) is still there "
-                                    f"{timeout} s after SIGKILL") from None
-        self._finish()
+        if self.child is not None:
+            self.child.kill(timeout)
 
-    def _finish(self) -> None:
-        """After the child has exited: let the readers reach the end of its output, close the pipes."""
-        assert self.proc is not None
-        self._join_readers(2.0)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None and not any(t.is_alive() for t in self._readers):
-                with contextlib.suppress(OSError):
-                    stream.close()
+
+class _ServeChild(ChildProcess):
+    """``coprocessor serve``'s last line of stderr ends in its status, ``[BL_E...]``."""
+
+    def start_error(self) -> TransportError:
+        said = self.last_line().removeprefix("backline: error: ")
+        message = f"{self.name} {describe_exit(self.proc.returncode)} before it was ready"
+        if not said:
+            return TransportError(f"{message} (it printed nothing on stderr)")
+        status = re.search(r"\[(BL_E[A-Z]+)\]\s*$", said)
+        if status:
+            cls = next((c for name, c in STATUS.values() if name == status.group(1)), TransportError)
+            return cls(f"{message}: {said}", status=status.group(1))
+        return TransportError(f"{message}: {said}")
+
+
+def interpreter() -> list[str]:
+    """This interpreter with its isolation flags and ``-P``, for a child no less isolated than
+    this process that imports nothing from its working directory."""
+    if not sys.executable:
+        raise TransportError("cannot start a child process: this interpreter does not know its own "
+                             "executable (sys.executable is empty)")
+    flags = sys.flags
+    if flags.isolated:
+        return [sys.executable, "-I", "-P"]
+    return [sys.executable, *(["-E"] if flags.ignore_environment else []),
+            *(["-s"] if flags.no_user_site else []), "-P"]
 
 
 def function_spec(fn: object) -> str:

@@ -4,7 +4,7 @@ A transport plugin ships its backend as a plain shared library inside its packag
 In its ``setup.py``::
 
     from setuptools import setup
-    from backline_core.build import BuildPlainLibraries, plain_library
+    from backline_core.sdk.build import BuildPlainLibraries, plain_library
 
     setup(
         ext_modules=[plain_library("my_pkg.libmy_backend", sources=["my_pkg/native/backend.c"])],
@@ -24,12 +24,13 @@ import os
 from setuptools import Extension
 from setuptools.command.build_ext import build_ext
 
-_INCLUDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native", "include")
+_CORE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # backline_core/
+_INCLUDE = os.path.join(_CORE, "native", "include")
 _PLAIN: set[str] = set()  # names of the extensions built as plain libraries
 _CFLAGS = ["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 
 
-_SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native", "src")
+_SRC = os.path.join(_CORE, "native", "src")
 #: what ``oob=True`` compiles in: backline/oob.h's TCP and handshake helpers, and
 #: backline/remote.h's control plane of a coprocessor in another process, which uses them
 _OOB_SOURCES = [os.path.join(_SRC, "oob.c"), os.path.join(_SRC, "remote.c")]

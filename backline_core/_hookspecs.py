@@ -50,7 +50,7 @@ def _frozen(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
 
 
 #: Where a coprocessor may run relative to its controller (``Coprocessor.runs_in``); the
-#: values of ``bl_runs_in`` in ``backline.h`` (see :data:`backline_core.placement.RUNS_IN`).
+#: values of ``bl_runs_in`` in ``backline.h`` (see :data:`backline_core._placement.RUNS_IN`).
 #: ``"executor"``: a process an executor plugin starts (possibly on another machine) from
 #: the node's compiled code; to the transport backend it is another process.
 RUNS_IN = ("controller-thread", "thread", "process", "executor")
@@ -80,7 +80,7 @@ class Transport:
     ``idle`` says what an idle coprocessor does: ``"sleeps"`` (on the doorbell, after
     ``idle_spin_us``) or ``"spins"`` (nothing can wake it, e.g. a remote write: it keeps its CPU).
     ``bench_floor``, if given, is this transport's own bare floor for ``backline bench``:
-    ``bench_floor(cfg, init_args)`` (the bench's :class:`~backline_core.bench.BenchConfig` and the
+    ``bench_floor(cfg, init_args)`` (the bench's :class:`~backline_core._bench.BenchConfig` and the
     coprocessor's init_args) returns a context manager whose value has ``label``, ``run(first,
     out)`` (``len(out)`` rounds, one round trip in ns each; raises if a round is lost),
     ``pause()`` / ``resume()``, and optionally ``reference()`` (another tool's figures for the
@@ -191,7 +191,7 @@ class Device(_Loadable):
     ``load()`` returns either a ``str``, the path of a shared library exporting
     ``backline_device_v1`` (``BL_DEVICE_ENTRY``), or an ``int``, the address of a
     ``bl_device_api`` built in this process (for example filled with cffi callbacks),
-    which must stay valid while the process runs. :class:`backline_core.device.QuantumDevice`
+    which must stay valid while the process runs. :class:`backline_core._device.QuantumDevice`
     opens either.
     """
 

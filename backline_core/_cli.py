@@ -18,20 +18,14 @@ import argparse
 import json
 import math
 import os
-import select
-import signal
 import sys
-import time
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn
 
-from .errors import BacklineError
-from .hookspecs import HARDWARE
-
-#: this process's parent when the module was imported (as early as ``coprocessor serve``
-#: can look): a --parent-pid equal to it is watched as the parent it is
-_STARTUP_PPID = os.getppid()
+from ._errors import BacklineError
+from ._hookspecs import HARDWARE
+from ._process import StopWatch  # early: it notes this process's parent as ``coprocessor serve`` starts
 
 
 def one_line(text: str) -> str:
@@ -116,7 +110,7 @@ def _pid(text: str) -> int:
 # -- plugins ----------------------------------------------------------------------------------
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
-    from . import plugins
+    from . import _plugins as plugins
 
     rows = plugins.listing()
     if args.json:
@@ -144,7 +138,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 # -- bench ------------------------------------------------------------------------------------
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from . import bench
+    from . import _bench as bench
 
     cfg = bench.BenchConfig(
         transport=args.transport, controller_hardware=args.controller_hardware, loop=args.loop, runs_in=args.runs_in, coprocessor_fn=args.coprocessor_fn,
@@ -164,7 +158,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _params(items: Sequence[str], option: str) -> dict[str, str]:
-    from .config import parse_config
+    from ._config import parse_config
 
     try:
         return parse_config(";".join(items))
@@ -176,7 +170,7 @@ def _params(items: Sequence[str], option: str) -> dict[str, str]:
 
 def _bindings(specs: Sequence[str]) -> list[Any]:
     """The functions ``--fn`` names, checked before any session exists."""
-    from .coprocessor_function import MAX_DECODERS, CoprocessorFunction, load_import_path
+    from ._coprocessor_function import MAX_DECODERS, CoprocessorFunction, load_import_path
 
     bindings: list[Any] = []
     for spec in specs:
@@ -216,11 +210,11 @@ def _bindings(specs: Sequence[str]) -> list[Any]:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from .session import Session
+    from ._session import Session
 
     # Armed first: a signal, or the parent's death, during bring-up ends the serve as soon
     # as bring-up returns (and before "ready" is printed); nothing kills it half-way.
-    with _StopWatch(args.parent_pid) as stop:
+    with StopWatch(args.parent_pid) as stop:
         bindings = _bindings(args.fn)
         if stop.triggered():
             return 0
@@ -246,131 +240,11 @@ def _detach_stdout() -> None:
     os.close(devnull)
 
 
-class _StopWatch:
-    """What ends ``coprocessor serve``: SIGTERM, SIGINT or SIGHUP, the exit of ``--parent-pid``
-    (a pidfd, readable once that process has exited, however it died), or ``--duration``."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-    def __init__(self, parent_pid: int | None) -> None:
-        self.parent_pid = parent_pid
-        self.reason: str | None = None
-        self._parent_fd: int | None = None
-        self._poll_parent = False  # no pidfd (an old kernel): poll the pid instead
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._old_fd = signal.set_wakeup_fd(self._wake_w)
-        self._old_handlers = {sig: signal.signal(sig, self._on_signal) for sig in self.SIGNALS}
-        if parent_pid is not None:
-            self._watch(parent_pid)
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:  # the wakeup fd does the waking
-        self.reason = self.reason or f"signal {signal.Signals(signum).name}"
-
-    def _watch(self, pid: int) -> None:
-        try:
-            self._parent_fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            self.reason = f"process {pid} had exited before it could be watched"
-            return
-        except (AttributeError, OSError):
-            self._poll_parent = True
-        if _STARTUP_PPID == pid and os.getppid() != pid:
-            self.reason = f"parent process {pid} exited"  # it died while this process started
-        elif _started_after_me(pid):
-            self.reason = f"process {pid} exited (its pid now names a newer process)"
-
-    def _parent_gone(self) -> bool:
-        pid = self.parent_pid
-        if pid is None:
-            return False
-        if self._parent_fd is not None:
-            readable, _, _ = select.select([self._parent_fd], [], [], 0)
-            gone = bool(readable)
-        else:
-            gone = not _alive(pid) or (_STARTUP_PPID == pid and os.getppid() != pid)
-        if gone and self.reason is None:
-            self.reason = f"parent process {pid} exited"
-        return gone
-
-    def triggered(self) -> bool:
-        """Whether something asked the serve to stop (without waiting)."""
-        if self.reason is not None:
-            return True
-        if select.select([self._wake_r], [], [], 0)[0]:
-            self.reason = self.reason or "a signal"
-            return True
-        return self._parent_gone()
-
-    def wait(self, duration: float | None) -> None:
-        """Block until a stop signal, the parent's exit, or ``duration`` seconds."""
-        deadline = None if duration is None else time.monotonic() + duration
-        watched = [self._wake_r] + ([self._parent_fd] if self._parent_fd is not None else [])
-        while not self.triggered():
-            step = 3600.0 if deadline is None else deadline - time.monotonic()
-            if step <= 0:
-                return
-            if self._poll_parent:
-                step = min(step, 0.25)
-            select.select(watched, [], [], min(step, 3600.0))
-
-    def close(self) -> None:
-        signal.set_wakeup_fd(self._old_fd)
-        for sig, handler in self._old_handlers.items():
-            signal.signal(sig, handler)
-        for fd in (self._wake_r, self._wake_w, self._parent_fd):
-            if fd is not None:
-                os.close(fd)
-        self._parent_fd = None
-
-    def __enter__(self) -> _StopWatch:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    stat = _proc_stat(pid)
-    return stat is not None and stat[0] == "Z"
-
-
-def _proc_stat(pid: int | str) -> list[str] | None:
-    """Fields of /proc/PID/stat after the command name (state first), None if unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            text = fh.read()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2:].split()
-
-
-def _started_after_me(pid: int) -> bool:
-    """Whether process ``pid`` started after this one did: then it is not the one that was
-    meant (a watched process started first), its pid was reused."""
-    theirs, mine = _proc_stat(pid), _proc_stat("self")
-    try:
-        return theirs is not None and mine is not None and int(theirs[19]) > int(mine[19])
-    except (IndexError, ValueError):
-        return False
-
-
 # -- demo -------------------------------------------------------------------------------------
 
 def _cmd_executor(args: argparse.Namespace) -> int:
     """``backline executor [--kind NAME] ARGS``: hand ARGS to an executor plugin's command line."""
-    from . import plugins
+    from . import _plugins as plugins
 
     argv = list(args.executor_args)
     kind = None
@@ -407,7 +281,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .native import lib
+    from ._abi import lib
 
     parser = Parser(prog="backline", description="Backline: real-time QEC rounds between a controller and coprocessors.",
                      epilog="Plugins add commands of their own (backline NAME --help); backline plugins lists them.")
@@ -499,7 +373,7 @@ def _plugin_command(argv: Sequence[str]) -> Any:
     """The ``main`` of the command plugin named by argv[0], if argv[0] is no built-in command."""
     if not argv or argv[0].startswith("-") or argv[0] in _BUILTIN_COMMANDS:
         return None
-    from . import plugins
+    from . import _plugins as plugins
 
     if argv[0] not in plugins.names("command"):
         return None
