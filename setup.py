@@ -24,9 +24,11 @@ def load(path: str):
 build = load("sdk/build")
 runtime = build.plain_library(
     "backline_core.lib.libbackline",
-    sources=["backline_core/native/src/runtime.c", "backline_core/native/src/functions.c",
-             "backline_core/native/src/bench.c", "backline_core/native/src/device.c",
-             "backline_core/native/src/executor_client.c"],
+    sources=[f"backline_core/native/src/{name}.c" for name in (
+        "runtime", "functions", "bench", "device", "stream_frame",
+        # the executor client (backline/executor.h), by concern: see executor_internal.h
+        "executor_frames", "executor_net", "executor_auth", "executor_conn", "executor_signature",
+        "executor_objects", "executor_calls")],
     include_dirs=["backline_core/native/include"],
     libraries=["dl", "pthread"],
 )

@@ -31,9 +31,10 @@ _CFLAGS = ["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno
 
 
 _SRC = os.path.join(_CORE, "native", "src")
-#: what ``oob=True`` compiles in: backline/oob.h's TCP and handshake helpers, and
-#: backline/remote.h's control plane of a coprocessor in another process, which uses them
-_OOB_SOURCES = [os.path.join(_SRC, "oob.c"), os.path.join(_SRC, "remote.c")]
+#: what ``oob=True`` compiles in: backline/oob.h's TCP and handshake helpers (their message
+#: header is backline/sdk/stream_frame.h's), and backline/remote.h's control plane of a
+#: coprocessor in another process, which uses them
+_OOB_SOURCES = [os.path.join(_SRC, name) for name in ("oob.c", "stream_frame.c", "remote.c")]
 
 
 def plain_library(name: str, sources: list[str], *, include_dirs: list[str] | None = None,

@@ -1,4 +1,4 @@
-"""The executor client (executor.h, executor_client.c in libbackline) against a protocol peer.
+"""The executor client (executor.h, executor_*.c in libbackline) against a protocol peer.
 
 The real server is the backline-executor-orc plugin; these tests need only the core. The
 peer below is the server side of protocol version 1 written from the protocol's text

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <backline/backline.h>
 #include <backline/oob.h>
+#include <backline/sdk/stream_frame.h>
 
 #include <errno.h>
 #include <netdb.h>
@@ -29,19 +30,12 @@ uint64_t bl_oob_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* ---- byte order ---- */
+/* ---- byte order: oob.h's names for backline/sdk/stream_frame.h's ---- */
 
-void bl_oob_put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; ++i) p[i] = (uint8_t)(v >> (24 - 8 * i));
-}
-void bl_oob_put64(uint8_t *p, uint64_t v) {
-    bl_oob_put32(p, (uint32_t)(v >> 32));
-    bl_oob_put32(p + 4, (uint32_t)v);
-}
-uint32_t bl_oob_get32(const uint8_t *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-uint64_t bl_oob_get64(const uint8_t *p) { return (uint64_t)bl_oob_get32(p) << 32 | bl_oob_get32(p + 4); }
+void bl_oob_put32(uint8_t *p, uint32_t v) { bl_be_put32(p, v); }
+void bl_oob_put64(uint8_t *p, uint64_t v) { bl_be_put64(p, v); }
+uint32_t bl_oob_get32(const uint8_t *p) { return bl_be_get32(p); }
+uint64_t bl_oob_get64(const uint8_t *p) { return bl_be_get64(p); }
 
 void bl_oob_printable(const uint8_t *p, size_t len, char *out, size_t n) {
     size_t o = 0;
@@ -212,17 +206,14 @@ int bl_oob_peer_closed(int fd) {
 
 /* ---- handshake messages ---- */
 
+_Static_assert(BL_OOB_HEADER_BYTES == BL_STREAM_HEADER_BYTES, "a handshake message starts with a stream frame header");
+
 int32_t bl_oob_send_msg(int fd, uint32_t magic, uint16_t version, uint16_t type, const uint8_t *body, uint32_t len,
                     uint64_t deadline, char *err, size_t n) {
     uint8_t msg[BL_OOB_HEADER_BYTES + BL_OOB_MAX_BODY];
     if (len > BL_OOB_MAX_BODY)
         return bl_oob_fail(err, n, BL_EINVAL, "a handshake body of %u bytes is over the %u allowed", len, BL_OOB_MAX_BODY);
-    bl_oob_put32(msg, magic);
-    msg[4] = (uint8_t)(version >> 8);
-    msg[5] = (uint8_t)version;
-    msg[6] = (uint8_t)(type >> 8);
-    msg[7] = (uint8_t)type;
-    bl_oob_put32(msg + 8, len);
+    bl_stream_header_put(msg, magic, version, type, len);
     memcpy(msg + BL_OOB_HEADER_BYTES, body, len);
     return bl_oob_send_all(fd, msg, BL_OOB_HEADER_BYTES + len, deadline, err, n);
 }
@@ -231,10 +222,8 @@ int32_t bl_oob_recv_header(int fd, bl_oob_header *h, uint64_t deadline, char *er
     uint8_t b[BL_OOB_HEADER_BYTES];
     int32_t rc = bl_oob_recv_all(fd, b, sizeof b, deadline, err, n);
     if (rc) return rc;
-    h->magic = bl_oob_get32(b);
-    h->version = (uint16_t)(b[4] << 8 | b[5]);
-    h->type = (uint16_t)(b[6] << 8 | b[7]);
-    h->body_bytes = bl_oob_get32(b + 8);
+    bl_stream_header f = bl_stream_header_get(b);
+    h->magic = f.magic, h->version = f.version, h->type = f.type, h->body_bytes = f.body_bytes;
     bl_oob_printable(b, sizeof b, h->text, sizeof h->text);
     return BL_OK;
 }

@@ -1,7 +1,7 @@
 /*
  * executor.h -- the executor C ABI: run cross-compiled code in another process.
  *
- * Implemented by libbackline (native/src/executor_client.c), the host-side client; served
+ * Implemented by libbackline (native/src/executor_*.c), the host-side client; served
  * by `backline executor serve` (distribution backline-executor-orc), the executor process
  * it talks to over TCP. convert-executor-to-llvm lowers executor ops into calls of these
  * functions, and Python calls them through backline_core._native.lib. The wire protocol
