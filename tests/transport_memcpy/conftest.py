@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from backline_core._deployment import CoprocessorProcess
+from backline_core.testing import TransportUnderTest
 from backline_core._abi import get_library
 from backline_core._session import Session
 
@@ -30,6 +31,16 @@ SHM_DIR = f"/dev/shm/backline-{os.geteuid()}"
 #: Last resort against a hang: a test running this long dumps every thread's stack and
 #: ends the run. Above the longest subprocess timeout (300 s), so those report first.
 WATCHDOG_S = 330
+
+
+@pytest.fixture(params=["controller-thread", "thread", "process"])
+def backline_transport(request: pytest.FixtureRequest) -> TransportUnderTest:
+    """memcpy for the conformance suite (test_conformance.py), its coprocessors in each place it has
+    but an executor's (the suite's executor test puts one there)."""
+    return TransportUnderTest("memcpy", runs_in=request.param, peer_gone=("died", "closed", "gone"),
+                              second_controller_says="already held", id=request.param,
+                              bad_values=[({"cpu": 99999}, ["cpu=99999", "not a CPU"]),
+                                          ({"cpu": -2}, ["cpu=-2", "from 0"])])
 
 
 def shm_path(key: str) -> str:

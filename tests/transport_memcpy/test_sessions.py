@@ -1,5 +1,6 @@
-"""Behaviour of memcpy-transport sessions wherever the coprocessor runs (runs_in): rounds, decoders, dispatch by
-decoder_id, pipelining, geometry, deployments of placements and a bounded soak.
+"""Behaviour of memcpy-transport sessions wherever the coprocessor runs (runs_in): dispatch by decoder_id,
+buffers reused, geometry keys, deployments of placements and a bounded soak. Rounds of every syndrome and
+payload size, pipelining and the coprocessor's geometry are the conformance suite's (test_conformance.py).
 
 Faults and bad input are in test_faults.py; the ``backline`` command line in
 test_bench_cli.py. Fixtures (unique keys, shared-memory checks, clean-up) are in conftest.py.
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import random
 
 import pytest
 
@@ -17,15 +17,11 @@ from backline_core import _bench as bench
 from backline_core._coprocessor_function import CoprocessorFunction
 from backline_core._deployment import CoprocessorProcess, deploy
 from backline_core._errors import (
-    InvalidArgumentError,
-    NothingPostedError,
     PlacementError,
-    RingFullError,
     TransportError,
 )
 from backline_core._abi import get_library
 from backline_core._placement import Controller, Coprocessor, Placement
-from backline_core._session import Session
 
 PLACES = ("controller-thread", "thread", "process")  # a coprocessor's runs_in
 IN_PROCESS = ("controller-thread", "thread")
@@ -70,20 +66,6 @@ def test_steane_expectation_covers_each_qubit_once():
 
 
 @pytest.mark.parametrize("runs_in", PLACES)
-def test_echo_rounds_with_varying_payload_sizes(pair, runs_in):
-    _, ctl = pair(runs_in, in_bytes=224, out_bytes=224)  # 224 = default slot_bytes 256 - 32
-    rng = random.Random(20240501)
-    sizes = [0, 1, 2, 7, 8, 31, 32, 33, 63, 64, 65, 127, 128, 200, 223, 224]
-    sizes += [rng.randint(0, 224) for _ in range(100)]
-    for n in sizes:
-        payload = rng.randbytes(n)
-        assert ctl.round(payload) == payload, f"{n}-byte echo"
-    for n in (1, 224, 0, 17):  # echo also serves decoder_id 1
-        payload = rng.randbytes(n)
-        assert ctl.round(payload, decoder_id=1) == payload
-
-
-@pytest.mark.parametrize("runs_in", PLACES)
 def test_round_into_reuses_refilled_buffers(pair, runs_in):
     _, ctl = pair(runs_in, in_bytes=16, out_bytes=16)
     buf, out = bytearray(16), bytearray(16)
@@ -97,15 +79,6 @@ def test_round_into_reuses_refilled_buffers(pair, runs_in):
     ctl.stage_payload(b"collect-into")
     ctl.post()
     assert ctl.collect_into(into) == 12 and into[:12] == b"collect-into"
-
-
-@pytest.mark.parametrize("runs_in", PLACES)
-def test_steane_decoder_on_all_syndromes(pair, runs_in):
-    _, ctl = pair(runs_in, ["steane"], in_bytes=1, out_bytes=1)
-    for decoder_id in (0, 1):  # X and Z checks: Hx == Hz
-        for syndrome in range(8):
-            reply = ctl.round(bytes([syndrome]), decoder_id)
-            assert reply == bytes([steane_expected(syndrome)]), f"syndrome {syndrome:03b} decoder_id {decoder_id}"
 
 
 @pytest.mark.parametrize("runs_in", PLACES)
@@ -136,53 +109,7 @@ def test_last_rtt_and_reply_slot(pair, runs_in):
 # ---- pipelining -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("runs_in", PLACES)
-def test_pipelined_rounds_come_back_in_order(pair, runs_in):
-    _, ctl = pair(runs_in, cop_config="slots=8;slot_bytes=128", in_bytes=16, out_bytes=16)
-    assert ctl.geometry["slots"] == 8
-    for rep in range(4):  # several laps of the ring
-        payloads = [f"lap{rep}-round{i}".encode() for i in range(8)]
-        for p in payloads:
-            ctl.stage_payload(p)
-            ctl.post()
-        with pytest.raises(RingFullError, match="8 slots"):
-            ctl.stage_payload(b"one too many")
-        for i, p in enumerate(payloads):
-            got = bytes(ctl.reply_slot()) if i % 2 else ctl.collect()
-            assert got == p, f"lap {rep} reply {i}"
-        with pytest.raises(NothingPostedError):
-            ctl.collect()
-    # partial pipelines interleaved with single rounds
-    for depth in (1, 3, 5, 8):
-        for i in range(depth):
-            ctl.stage_payload(bytes([depth, i]))
-            ctl.post()
-        assert [ctl.collect() for _ in range(depth)] == [bytes([depth, i]) for i in range(depth)]
-        assert ctl.round(b"single") == b"single"
-
-
 # ---- geometry ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("runs_in", PLACES)
-def test_controller_adopts_coprocessor_geometry(pair, runs_in):
-    cop, ctl = pair(runs_in, cop_config="slots=8;slot_bytes=128", in_bytes=96, out_bytes=96)
-    assert ctl.geometry == {"slots": 8, "slot_bytes": 128, "in_bytes": 96, "out_bytes": 96}
-    if isinstance(cop, Session):
-        assert cop.geometry["slots"] == 8 and cop.geometry["slot_bytes"] == 128
-    payload = bytes(range(96))
-    assert ctl.round(payload) == payload  # the largest payload the slot holds
-
-
-@pytest.mark.parametrize("runs_in", PLACES)
-def test_controller_asking_for_other_slots_is_refused(coprocessor, controller, runs_in):
-    coprocessor(runs_in, config="slots=8;slot_bytes=128")
-    with pytest.raises(InvalidArgumentError) as exc:
-        controller("slots=16;slot_bytes=128")
-    msg = str(exc.value)
-    assert "slots=16" in msg and "slots=8" in msg and "coprocessor" in msg, msg
-    ctl = controller()  # the refused session left the key free
-    assert ctl.round(b"ok") == b"ok"
 
 
 def test_controller_repeating_the_coprocessor_geometry_is_accepted(pair):

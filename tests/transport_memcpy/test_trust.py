@@ -564,17 +564,6 @@ def test_empty_leftover_blocks_only_while_it_could_be_a_coprocessor_starting(key
 # ---- configuration: runs_in and cpu are checked where a placement is resolved ---------------------
 
 
-def test_unknown_runs_in_is_refused_by_the_placement_and_the_session(key):
-    with pytest.raises(PlacementError) as exc:
-        Coprocessor(name=key, coprocessor_fn="echo", runs_in="inline")  # the old locality name
-    msg = str(exc.value)
-    assert "runs_in='inline'" in msg and "'controller-thread'" in msg and "'process'" in msg, msg
-    with pytest.raises(PlacementError, match="runs coprocessors in .*not 'nowhere'"):
-        Session.create("memcpy", "coprocessor", key, runs_in="nowhere")
-    with pytest.raises(TransportError, match="runs_in='nowhere' is not a place"):
-        Session.create("memcpy", "controller", key, runs_in="nowhere")
-
-
 #: one past this machine's last CPU: never a CPU of it
 NO_SUCH_CPU = os.sysconf("SC_NPROCESSORS_CONF")
 
