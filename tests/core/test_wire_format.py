@@ -7,6 +7,7 @@ after real rounds over the minimal backend compiled in conftest.py (no transport
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -14,14 +15,14 @@ from backline_core._builtins import echo, steane
 from backline_core._errors import FunctionError, UnknownDecoderError
 from backline_core._abi import ffi, lib
 
-HEADER = struct.Struct("<QIIiIQ")  # seq, len, decoder_id, status, flags, reserved
+HEADER = struct.Struct("<QIIiIq")  # seq, len, decoder_id, status, flags, fn_status
 FIELDS = [("seq", 0, "uint64_t"), ("len", 8, "uint32_t"), ("decoder_id", 12, "uint32_t"),
-          ("status", 16, "int32_t"), ("flags", 20, "uint32_t"), ("reserved", 24, "uint64_t")]
+          ("status", 16, "int32_t"), ("flags", 20, "uint32_t"), ("fn_status", 24, "int64_t")]
 
 
 def header(buf, slot: int, slot_bytes: int) -> dict[str, int]:
     values = HEADER.unpack_from(buf, slot * slot_bytes)
-    return dict(zip(("seq", "len", "decoder_id", "status", "flags", "reserved"), values))
+    return dict(zip((name for name, _, _ in FIELDS), values))
 
 
 def payload(buf, slot: int, slot_bytes: int, n: int) -> bytes:
@@ -52,10 +53,16 @@ def test_header_field_order_is_complete():
 
 def test_header_is_little_endian_in_memory():
     h = ffi.new("bl_frame_header *", {"seq": 0x0102030405060708, "len": 0x0A0B0C0D, "decoder_id": 2,
-                                       "status": -11, "flags": 0, "reserved": 3})
+                                       "status": -11, "flags": 0, "fn_status": -3})
     raw = bytes(ffi.buffer(h))
-    assert raw == bytes.fromhex("0807060504030201" "0d0c0b0a" "02000000" "f5ffffff" "00000000" "0300000000000000")
-    assert HEADER.unpack(raw) == (0x0102030405060708, 0x0A0B0C0D, 2, -11, 0, 3)
+    assert raw == bytes.fromhex("0807060504030201" "0d0c0b0a" "02000000" "f5ffffff" "00000000" "fdffffffffffffff")
+    assert HEADER.unpack(raw) == (0x0102030405060708, 0x0A0B0C0D, 2, -11, 0, -3)
+
+
+def test_the_architecture_page_states_this_abi():
+    # fn_status was `uint64_t reserved` before ABI 3.1: the same bytes, so a 3.0 peer interoperates
+    text = (Path(__file__).parents[2] / "docs" / "architecture.md").read_text()
+    assert f"ABI {lib.BACKLINE_ABI_VERSION}.{lib.BACKLINE_ABI_MINOR}" in text
 
 
 # ---- the rings after real rounds ---------------------------------------------------------------
@@ -69,15 +76,15 @@ def test_request_and_reply_slots_after_a_round(pairs, stub_backend):
     assert header(rings["request"], 0, sb)["seq"] == 0  # never written
 
     assert ctl.round(b"hello", decoder_id=1) == b"hello"
-    assert header(rings["request"], 0, sb) == {"seq": 1, "len": 5, "decoder_id": 1, "status": 0, "flags": 0, "reserved": 0}
+    assert header(rings["request"], 0, sb) == {"seq": 1, "len": 5, "decoder_id": 1, "status": 0, "flags": 0, "fn_status": 0}
     assert payload(rings["request"], 0, sb, 5) == b"hello"
-    assert header(rings["reply"], 0, sb) == {"seq": 1, "len": 5, "decoder_id": 1, "status": 0, "flags": 0, "reserved": 0}
+    assert header(rings["reply"], 0, sb) == {"seq": 1, "len": 5, "decoder_id": 1, "status": 0, "flags": 0, "fn_status": 0}
     assert payload(rings["reply"], 0, sb, 5) == b"hello"
 
     assert ctl.round(bytes([0b010]), decoder_id=2) == b"\x10"  # steane: check 1 -> qubit 4
-    assert header(rings["request"], 1, sb) == {"seq": 2, "len": 1, "decoder_id": 2, "status": 0, "flags": 0, "reserved": 0}
+    assert header(rings["request"], 1, sb) == {"seq": 2, "len": 1, "decoder_id": 2, "status": 0, "flags": 0, "fn_status": 0}
     assert payload(rings["request"], 1, sb, 1) == b"\x02"
-    assert header(rings["reply"], 1, sb) == {"seq": 2, "len": 1, "decoder_id": 2, "status": 0, "flags": 0, "reserved": 0}
+    assert header(rings["reply"], 1, sb) == {"seq": 2, "len": 1, "decoder_id": 2, "status": 0, "flags": 0, "fn_status": 0}
     assert payload(rings["reply"], 1, sb, 1) == b"\x10"
     for slot in range(2, 64):
         assert header(rings["request"], slot, sb)["seq"] == 0
@@ -89,7 +96,7 @@ def test_header_struct_view_agrees_with_the_bytes(pairs, stub_backend):
     ctl.round(b"abc", decoder_id=0)
     rings = stub_backend.rings(key)
     h = ffi.cast("bl_frame_header *", rings["reply_addr"])
-    assert (h.seq, h.len, h.decoder_id, h.status, h.flags, h.reserved) == (1, 3, 0, 0, 0, 0)
+    assert (h.seq, h.len, h.decoder_id, h.status, h.flags, h.fn_status) == (1, 3, 0, 0, 0, 0)
 
 
 def test_worked_steane_example_byte_dump(pairs, stub_backend):
@@ -189,13 +196,13 @@ def test_error_replies(pairs, stub_backend):
     with pytest.raises(UnknownDecoderError):
         ctl.round(b"x", decoder_id=9)  # nothing bound to 9
     assert header(rings["reply"], 0, sb) == {"seq": 1, "len": 0, "decoder_id": 9, "status": lib.BL_EDECODER,
-                                             "flags": 0, "reserved": 0}
+                                             "flags": 0, "fn_status": 0}
     with pytest.raises(FunctionError):
         ctl.round(b"\x01\x02", decoder_id=2)  # steane returns 2 for a 2-byte syndrome
     assert header(rings["reply"], 1, sb) == {"seq": 2, "len": 0, "decoder_id": 2, "status": lib.BL_EFN,
-                                             "flags": 0, "reserved": 2}
+                                             "flags": 0, "fn_status": 2}
     assert ctl.round(b"\x07", decoder_id=2) == b"\x04"
-    assert header(rings["reply"], 2, sb)["reserved"] == 0  # a success clears it
+    assert header(rings["reply"], 2, sb)["fn_status"] == 0  # a success clears it
 
 
 def test_sequence_continues_across_controllers(pairs, stub_backend):

@@ -961,7 +961,7 @@ static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header
                         call, s->key, (unsigned long long)seq, h->decoder_id);
         if (h->status == BL_EFN)
             return fail(BL_EFN, "%s (controller '%s'): the coprocessor function for decoder_id %u failed on round %llu (it returned %lld)",
-                        call, s->key, h->decoder_id, (unsigned long long)seq, (long long)(int64_t)h->reserved);
+                        call, s->key, h->decoder_id, (unsigned long long)seq, (long long)h->fn_status);
         return fail(h->status, "%s (controller '%s'): the coprocessor answered round %llu with %s", call, s->key,
                     (unsigned long long)seq, bl_status_name(h->status));
     }
@@ -1053,7 +1053,7 @@ static inline void answer(bl_session *s, uint64_t seq) {
     r->len = out_len;
     r->decoder_id = did;
     r->status = status;
-    r->reserved = (uint64_t)fn_rc;
+    r->fn_status = fn_rc;
     bl__store_release(&r->seq, seq);
     s->served = seq;
     if (s->ch.deliver) s->ch.deliver(s->ch.impl, seq, slot);

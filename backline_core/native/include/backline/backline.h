@@ -22,11 +22,19 @@
 extern "C" {
 #endif
 
-/* 2: the node's place (bl_runs_in) in bl_session_create and bl_open_args; configuration
+/* The ABI is BACKLINE_ABI_VERSION.BACKLINE_ABI_MINOR. The version changes with the layout or
+ * the meaning of what crosses the ABI, and the core, the transports' handshakes and the
+ * memcpy region refuse a peer of another version (BL_EABI). The minor changes only
+ * source: names, never bytes, so peers and backends of any minor of one version work
+ * together; it restarts at 0 with each version.
+ * 2: the node's place (bl_runs_in) in bl_session_create and bl_open_args; configuration
  * parsed once by the core and read by backends through bl_host_api accessors.
  * 3: bl_host_api.error_text, so a deliver or peer_alive hook can say why it failed;
- *    bl_channel.poll, for backends whose frames arrive as completions (rdma). */
+ *    bl_channel.poll, for backends whose frames arrive as completions (rdma).
+ * 3.1: bl_frame_header's last field, which carries the coprocessor function's return
+ *    value, is named fn_status (int64_t; it was `uint64_t reserved`): the same 8 bytes. */
 #define BACKLINE_ABI_VERSION 3
+#define BACKLINE_ABI_MINOR 1
 
 #if defined(__GNUC__)
 #define BL_API __attribute__((visibility("default")))
@@ -99,7 +107,8 @@ typedef struct bl_frame_header {
     uint32_t decoder_id; /* request: which bound function serves it; reply: echoed */
     int32_t status;      /* reply: BL_OK or the error of this round; request: 0 */
     uint32_t flags;      /* reserved, 0 */
-    uint64_t reserved;   /* reserved, 0 */
+    int64_t fn_status;   /* reply: the function's return value when status is BL_EFN (-1: it
+                          * wrote more than out_cap), else 0; request: not written */
 } bl_frame_header;
 
 /* ---- coprocessor functions --------------------------------------------------------- */

@@ -634,7 +634,7 @@ static int32_t sw_rounds(struct fp *m, const bl_fpga_sw *c, uint64_t *cycles, ui
         req->decoder_id = c->decoder_id;
         req->status = 0;
         req->flags = 0;
-        req->reserved = 0;
+        req->fn_status = 0;
         memcpy(req + 1, c->payloads + (size_t)row * c->payload_bytes, c->payload_bytes);
         __atomic_store_n(&req->seq, seq, __ATOMIC_RELEASE);
         if ((rc = hwhs_kick(&m->d, deadline, m->error, sizeof m->error))) return rc;

@@ -50,7 +50,7 @@ TEXT_BYTES = 160
 READY_BODY = struct.Struct(f">i{TEXT_BYTES}s")
 BODY_BYTES = {HELLO: 72, OFFER: 224, CONNECT: 44, READY: 164}
 # docs/wire-format.md: the frame header, every field little-endian.
-FRAME = struct.Struct("<QIIiIQ")  # seq, len, decoder_id, status, flags, reserved
+FRAME = struct.Struct("<QIIiIq")  # seq, len, decoder_id, status, flags, fn_status
 
 STEANE = {0x00: 0x00, 0x01: 0x01, 0x02: 0x10, 0x03: 0x02, 0x04: 0x40, 0x05: 0x08, 0x06: 0x20, 0x07: 0x04}
 
@@ -337,7 +337,7 @@ def test_steane_rounds_through_pyverbs(coprocessor, controller):
         header, payload = controller.reply(seq)
         assert header == (seq, 1, syndrome & 1, 0, 0, 0), syndrome
         assert payload == bytes([STEANE[syndrome]]), syndrome
-    # a reply's status and reserved: steane returns 2 for a 2-byte request; nothing serves decoder 9
+    # a reply's status and fn_status: steane returns 2 for a 2-byte request; nothing serves decoder 9
     seq = controller.post(b"\x01\x00")
     assert controller.reply(seq) == ((seq, 0, 0, lib.BL_EFN, 0, 2), b"")
     seq = controller.post(b"\x01", decoder_id=9)

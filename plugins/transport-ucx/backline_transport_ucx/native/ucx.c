@@ -43,10 +43,10 @@
 /* The handshake's peer part (docs/ucx.md): a worker address record (worker.h). */
 #define PEER_BYTES UX_ADDRESS_RECORD_BYTES
 
-/* A frame on the wire: its header up to `reserved` (seq, len, decoder_id, status, flags) as the
- * active message's header, its payload as the data; `reserved` is 0 and stays so. */
-#define WIRE_HEADER_BYTES offsetof(bl_frame_header, reserved)
-_Static_assert(offsetof(bl_frame_header, reserved) == 24 && BL_FRAME_HEADER_BYTES == 32, "the frame header's layout");
+/* A frame on the wire: its header up to `fn_status` (seq, len, decoder_id, status, flags) as the
+ * active message's header, its payload as the data; `fn_status` is not sent. */
+#define WIRE_HEADER_BYTES offsetof(bl_frame_header, fn_status)
+_Static_assert(offsetof(bl_frame_header, fn_status) == 24 && BL_FRAME_HEADER_BYTES == 32, "the frame header's layout");
 
 /* Active message ids: requests go to the coprocessor, replies to the controller. */
 enum { AM_REQUEST = 1, AM_REPLY = 2 };
