@@ -553,8 +553,6 @@ BAD_CONFIGS = [
     ("bogus=1", ["unknown configuration key 'bogus'", "{name}", "known keys"]),
     ("timeout_ms=0", ["timeout_ms=0", "from 1 to"]),
     ("locality=thread", ["unknown configuration key 'locality'", "known keys"]),
-    ("cpu=99999", ["cpu=99999"]),  # what else it says is the backend's (a bad_values case)
-    ("cpu=-2", ["cpu=-2"]),
     ("a=b=c", ["a=b=c"]),
     ("slots=4;;slot_bytes=64", ["malformed configuration item ''", "key=value"]),
 ]
@@ -567,7 +565,10 @@ def test_bad_configuration_is_refused_and_leaves_the_key_free(backline_case: Cas
     port = c.port()
     where = endpoint_config(t.host, port)  # the endpoint only (empty without one): the item is the rest
     runs_in = t.place if role == "coprocessor" else None
-    for item, words in [*BAD_CONFIGS, (";;", ["malformed configuration", "ends with ';'"])]:
+    cases = [*BAD_CONFIGS, (";;", ["malformed configuration", "ends with ';'"])]
+    if "cpu" in t.record.init_args:  # a poller thread to pin
+        cases += [("cpu=99999", ["cpu=99999"]), ("cpu=-2", ["cpu=-2"])]  # what else it says is the backend's
+    for item, words in cases:
         with pytest.raises(InvalidArgumentError) as info:
             Session.create(t.name, role, c.key, f"{where};{item}" if where else item, runs_in=runs_in)
         said = str(info.value)

@@ -390,6 +390,28 @@ BL_API int32_t invert_bits(void *ctx, uint32_t decoder_id, const uint8_t *in, ui
 }
 """
 
+CONFTEST_PY = """\
+\"\"\"What backline-core's conformance suite needs to know of the loopback transport.\"\"\"
+
+import pytest
+
+from backline_core.testing import TransportUnderTest
+
+
+@pytest.fixture
+def backline_transport() -> TransportUnderTest:
+    # Where its coprocessors run, and that they need no endpoint and it has no bench floor, the
+    # suite reads from the transport's record; here only what the record cannot say: a value
+    # of its own key that the backend refuses, and the words of the refusal.
+    return TransportUnderTest("loopback", bad_values=[({"greeting": "x" * 65}, ["at most 64 characters"])])
+"""
+
+TEST_CONFORMANCE_PY = """\
+\"\"\"backline-core's conformance suite, run against the loopback transport (see conftest.py).\"\"\"
+
+from backline_core.testing.conformance import *  # noqa: F403
+"""
+
 #: path inside the project directory -> contents
 EXAMPLE_FILES = {
     "pyproject.toml": PYPROJECT_TOML,
@@ -398,6 +420,8 @@ EXAMPLE_FILES = {
     "backline_loopback_example/plugin.py": PLUGIN_PY,
     "backline_loopback_example/native/loopback.c": LOOPBACK_C,
     "backline_loopback_example/native/invert.c": INVERT_C,
+    "tests/conftest.py": CONFTEST_PY,
+    "tests/test_conformance.py": TEST_CONFORMANCE_PY,
 }
 
 # ---- the broken distribution --------------------------------------------------------------
@@ -643,6 +667,35 @@ def test_placement_validates(loopback: Installed) -> None:
     assert "colour" in out["rejected"]["key"] and "greeting" in out["rejected"]["key"]
     assert "controller-thread" in out["rejected"]["place"]
     assert "at most 64 characters" in out["rejected"]["value"]
+
+
+#: the suite's tests that must pass for loopback (the rest skip: they need an endpoint, another
+#: process, a floor, or an executor, or a compiler the core-only environment lacks)
+LOOPBACK_CONFORMS = {
+    "test_steane_rounds_on_every_syndrome_and_both_decoder_ids",
+    "test_payloads_of_every_size_up_to_the_slot",
+    "test_the_controller_takes_the_coprocessors_geometry",
+    "test_pipelined_rounds_come_back_in_order",
+    "test_a_killed_coprocessor_fails_the_round_and_does_not_hang",
+    "test_a_second_controller_is_refused_and_the_next_one_continues",
+    "test_a_place_the_transport_does_not_run_coprocessors_in_is_refused",
+    "test_a_runs_in_that_is_no_place_is_refused",
+    "test_bad_configuration_is_refused_and_leaves_the_key_free[coprocessor]",
+    "test_bad_configuration_is_refused_and_leaves_the_key_free[controller]",
+    "test_the_transports_own_bad_values_are_refused",
+    "test_nothing_is_left_behind_after_a_deployment",
+}
+
+
+def test_the_conformance_suite_runs_against_the_plugin(loopback: Installed) -> None:
+    """The plugin's own tests/ (a conftest.py and one import) run backline-core's conformance suite
+    through the pytest plugin the core installs, in a pytest of their own."""
+    proc = _fresh(loopback.workdir, "-P", "-m", "pytest", "-v", "-p", "no:cacheprovider", "-o", "addopts=",
+                  str(loopback.project / "tests"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    outcomes = dict(re.findall(r"::(\S+) (PASSED|SKIPPED|FAILED|ERROR)", proc.stdout))
+    assert LOOPBACK_CONFORMS <= {name for name, outcome in outcomes.items() if outcome == "PASSED"}, proc.stdout
+    assert set(outcomes.values()) <= {"PASSED", "SKIPPED"}, proc.stdout
 
 
 def test_uninstall_removes_the_plugins(loopback: Installed) -> None:
