@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import os
+import queue
 import re
 import select
 import signal
@@ -26,7 +28,8 @@ from typing import Any
 
 from ._errors import BacklineError, DeadlineError, TransportError
 
-__all__ = ["ChildProcess", "StopWatch", "children", "describe_exit", "free_port", "proc_stat", "proc_state"]
+__all__ = ["ChildProcess", "StopWatch", "children", "describe_exit", "free_port", "proc_stat", "proc_state",
+           "stop_process", "zombie"]
 
 #: this process's parent when the kit was first imported (a child imports it early), so a
 #: parent that died while the child started is still seen
@@ -58,14 +61,24 @@ def gone(pid: int | None) -> bool:
     return pid is None or proc_state(pid) in (None, "Z", "X")
 
 
-def children(pid: int | None = None, *, pgid: int | None = None) -> list[int]:
-    """The live (not zombie) processes whose parent is ``pid`` (default: this process), or,
-    with ``pgid``, every live process of that process group."""
+def zombie(pid: int) -> bool:
+    """Whether process ``pid`` has exited and waits to be reaped: a zombie none of whose
+    threads is still on its way out (the main thread of a process turns Z first)."""
+    fields = proc_stat(pid)
+    try:
+        return fields is not None and fields[0] == "Z" and int(fields[17]) == 1
+    except (IndexError, ValueError):
+        return False
+
+
+def children(pid: int | None = None, *, pgid: int | None = None, zombies: bool = False) -> list[int]:
+    """The live processes whose parent is ``pid`` (default: this process), or, with ``pgid``,
+    every live process of that process group; ``zombies=True`` counts the unreaped too."""
     want = os.getpid() if pid is None else pid
     found = []
     for entry in filter(str.isdigit, os.listdir("/proc")):
         fields = proc_stat(entry)
-        if fields is None or fields[0] in ("Z", "X"):
+        if fields is None or fields[0] == "X" or (fields[0] == "Z" and not zombies):
             continue
         try:
             if (int(fields[2]) == pgid) if pgid is not None else (int(fields[1]) == want):
@@ -145,8 +158,10 @@ class StopWatch:
     reused: its process had already gone.
 
     Signals arrive through :func:`signal.set_wakeup_fd`, so a wait in :func:`select.select`
-    wakes at once; :meth:`fds` are the descriptors to add to a caller's own selector. Must be
-    made in the main thread; :meth:`close` restores the handlers it replaced.
+    wakes at once; :meth:`fds` are the descriptors to add to a caller's own selector (a signal
+    the caller handles itself, such as SIGCHLD, wakes it too, and is no stop: call
+    :meth:`triggered` when one is readable). Must be made in the main thread; :meth:`close`
+    restores the handlers it replaced.
     """
 
     def __init__(self, parent_pid: int | None = None, signals: Sequence[int] = STOP_SIGNALS) -> None:
@@ -157,7 +172,8 @@ class StopWatch:
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
-        self._old_fd = signal.set_wakeup_fd(self._w)
+        # a full pipe already holds a wakeup: nothing is lost, so no warning
+        self._old_fd = signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
         self._old = {sig: signal.signal(sig, self._on_signal) for sig in signals}
         if parent_pid is not None:
             self._watch(parent_pid)
@@ -179,8 +195,23 @@ class StopWatch:
             self.reason = f"process {pid} exited (its pid now names a newer process)"
 
     def fds(self) -> list[int]:
-        """The descriptors that become readable when a stop comes."""
+        """The descriptors that become readable when a stop (or another handled signal) comes."""
         return [self._r] + ([self._pidfd] if self._pidfd is not None else [])
+
+    @property
+    def poll_interval(self) -> float | None:
+        """How often a caller's own wait must call :meth:`triggered` (seconds): the parent is
+        polled where the kernel has no pidfd; None when :meth:`fds` wake it."""
+        return 0.25 if self._poll_parent else None
+
+    def _drain(self) -> None:
+        """Empty the wakeup pipe; a byte that names a watched signal is a stop (its handler
+        notes it too, but runs only between bytecodes of the main thread)."""
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while data := os.read(self._r, 512):
+                for signum in data:
+                    if signum in self._old and self.reason is None:
+                        self.reason = f"signal {signal_name(signum)}"
 
     def _parent_gone(self) -> bool:
         pid = self.parent_pid
@@ -195,11 +226,10 @@ class StopWatch:
         return gone_now
 
     def triggered(self) -> bool:
-        """Whether a stop has come (without waiting)."""
+        """Whether a stop has come (without waiting); empties the wakeup pipe."""
+        if self._r >= 0:
+            self._drain()
         if self.reason is not None:
-            return True
-        if select.select([self._r], [], [], 0)[0]:
-            self.reason = self.reason or "a signal"
             return True
         return self._parent_gone()
 
@@ -210,8 +240,8 @@ class StopWatch:
             step = 3600.0 if deadline is None else deadline - time.monotonic()
             if step <= 0:
                 return False
-            if self._poll_parent:
-                step = min(step, 0.25)
+            if self.poll_interval is not None:
+                step = min(step, self.poll_interval)
             select.select(self.fds(), [], [], min(step, 3600.0))
         return True
 
@@ -234,23 +264,139 @@ class StopWatch:
         self.close()
 
 
+def _send(proc: subprocess.Popen[Any], signum: int, group: bool) -> None:
+    """``signum`` to ``proc``, or to the process group it leads. Only while it is unreaped: until
+    then neither its pid nor its group id can name another process."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group:
+            os.killpg(proc.pid, signum)
+        else:
+            os.kill(proc.pid, signum)
+
+
+def _exited(pid: int, timeout: float) -> bool:
+    """Wait up to ``timeout`` s for child ``pid`` to exit, leaving it unreaped (see :func:`_send`)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        try:
+            return bool(select.select([fd], [], [], timeout)[0])
+        finally:
+            os.close(fd)
+    deadline = time.monotonic() + timeout  # no pidfd on this kernel
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return True  # reaped elsewhere
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+
+
+def _reap(proc: subprocess.Popen[Any], timeout: float, name: str | None) -> int:
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        raise DeadlineError(f"{name or 'process'} (pid {proc.pid}) is still there {timeout:g} s after SIGKILL") from None
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0, *, group: bool = False,
+                 name: str | None = None) -> int:
+    """Stop ``proc`` and reap it: SIGCONT and SIGTERM, SIGKILL if it is still there after
+    ``timeout`` s; its exit status. ``group``: it leads its own process group, which gets the
+    signals, and a SIGKILL once the leader has exited, for whatever the leader left there.
+
+    For a ``Popen`` of the caller's own (a :class:`ChildProcess` does this itself).
+    """
+    if proc.returncode is None:
+        _send(proc, signal.SIGCONT, group)  # a stopped process takes no SIGTERM
+        _send(proc, signal.SIGTERM, group)
+        if not _exited(proc.pid, timeout) or group:
+            _send(proc, signal.SIGKILL, group)
+    return _reap(proc, timeout, name)
+
+
+class _Spawner:
+    """Starts children from one thread that lives as long as this process, with
+    PR_SET_PDEATHSIG: such a child gets SIGTERM when this process ends however it ends (even
+    SIGKILL), and not when the thread that asked for it ends (the death signal follows the
+    thread that forked)."""
+
+    PR_SET_PDEATHSIG = 1
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[tuple[list[str], dict[str, Any], queue.Queue[Any]]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        try:
+            self._prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):  # pragma: no cover - not Linux
+            self._prctl = None
+
+    def _die_with_parent(self) -> None:  # runs in the child between fork and exec
+        if self._prctl is not None:
+            self._prctl(self.PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+    def _run(self) -> None:
+        while True:
+            argv, kwargs, reply = self._jobs.get()
+            try:
+                # preexec_fn only calls prctl, which takes no lock a thread could hold at fork
+                reply.put(subprocess.Popen(argv, preexec_fn=self._die_with_parent, **kwargs))  # noqa: PLW1509
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                reply.put(exc)
+
+    def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="backline-spawner", daemon=True)
+                self._thread.start()
+        reply: queue.Queue[Any] = queue.Queue()
+        self._jobs.put((argv, kwargs, reply))
+        result = reply.get(timeout=60)  # a fork+exec; the deadline only guards against a wedged thread
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+
+_SPAWNER = _Spawner()
+
+
 class ChildProcess:
     """A child process that says it is ready with a line on stdout, and is stopped cleanly.
 
-    ``argv`` runs with stdin from /dev/null, in its own process group by default (a terminal's
-    Ctrl-C goes to this process, which stops the child). Both pipes are read on threads all
-    along, so a child that prints never blocks; :meth:`output_tail` has their last lines.
+    ``argv`` runs with stdin from /dev/null (``stdin_pipe``: a pipe, :attr:`proc` ``.stdin``,
+    held open until the child is stopped: ``ssh -tt`` ends its session when it closes), in its
+    own process group by default (a terminal's Ctrl-C goes to this process, which stops the
+    child). Its pipes are read on threads all along, so a child that prints never blocks;
+    :meth:`output_tail` has their last lines (a trailing ``\\r`` dropped: output through a
+    terminal), and ``log`` (a file) gets every line as it comes. ``stderr``: a file that the
+    child's stderr goes to instead of a pipe. ``die_with_parent``: the child gets SIGTERM
+    when this process ends, however (for a program that cannot watch it, such as ssh).
+
     :meth:`wait_ready` waits for the first stdout line matching ``ready`` (a regex) and returns
-    its match; a child that exits first, or a deadline, is a :class:`TransportError` (a
-    :class:`DeadlineError`) that says how it ended and its last line of stderr.
-    :meth:`terminate` sends SIGCONT and SIGTERM, then SIGKILL past its deadline, and reaps;
-    leaving the context does the same, so nothing is left running however the caller ends.
+    its match; a child that exits first is :meth:`start_error` (a :class:`TransportError` that
+    says how it ended and its last line of stderr), a deadline :meth:`deadline_error`.
+    :meth:`terminate` sends SIGCONT and SIGTERM, then SIGKILL past its deadline, and reaps; a
+    child with its own process group gets them as a group, and what is left in the group
+    once it has exited gets SIGKILL. Leaving the context does the same, so nothing is left
+    running however the caller ends.
     """
 
     TAIL_LINES = 50
 
     def __init__(self, argv: Sequence[str], *, name: str, env: Mapping[str, str] | None = None,
-                 ready: str | None = r"^ready\b", process_group: bool = True, cwd: str | None = None) -> None:
+                 ready: str | None = r"^ready\b", process_group: bool = True, cwd: str | None = None,
+                 stdin_pipe: bool = False, stderr: Any = None, log: str | os.PathLike[str] | None = None,
+                 die_with_parent: bool = False) -> None:
         self.name = name
         self.argv = list(argv)
         self._ready_re = re.compile(ready) if ready is not None else None
@@ -258,28 +404,41 @@ class ChildProcess:
         self.ready_match: re.Match[str] | None = None
         self._tail: collections.deque[tuple[str, str]] = collections.deque(maxlen=self.TAIL_LINES)
         self._readers: list[threading.Thread] = []
+        self._group = process_group
+        self._log = os.fspath(log) if log is not None else None
+        options: dict[str, Any] = {
+            "stdin": subprocess.PIPE if stdin_pipe else subprocess.DEVNULL, "stdout": subprocess.PIPE,
+            "stderr": subprocess.PIPE if stderr is None else stderr, "env": dict(env) if env is not None else None,
+            "cwd": cwd, "process_group": 0 if process_group else None}
         try:
-            self.proc: subprocess.Popen[bytes] = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=dict(env) if env is not None else None, cwd=cwd,
-                process_group=0 if process_group else None)
+            self.proc: subprocess.Popen[bytes] = (_SPAWNER.popen(self.argv, **options) if die_with_parent
+                                                  else subprocess.Popen(self.argv, **options))
         except OSError as exc:
             raise TransportError(f"cannot start {name} ({self.argv[0]}): {exc.strerror or exc}") from None
         self._read(self.proc.stdout, "stdout")
-        self._read(self.proc.stderr, "stderr")
+        if stderr is None:
+            self._read(self.proc.stderr, "stderr")
 
     def _read(self, stream: Any, which: str) -> None:
         def run() -> None:
-            with contextlib.suppress(OSError, ValueError):
-                for raw in iter(stream.readline, b""):
-                    line = raw.decode(errors="replace").rstrip("\n")
-                    if which == "stdout" and self._ready_re is not None and not self._ready.is_set():
-                        match = self._ready_re.search(line)
-                        if match:
-                            self.ready_match = match
-                            self._ready.set()
-                            continue
-                    self._tail.append((which, line))
+            log = open(self._log, "a", encoding="utf-8", errors="replace") if self._log else None  # noqa: SIM115
+            try:
+                with contextlib.suppress(OSError, ValueError):
+                    for raw in iter(stream.readline, b""):
+                        line = raw.decode(errors="replace").rstrip("\n").rstrip("\r")
+                        if log is not None:
+                            log.write(line + "\n")
+                            log.flush()
+                        if which == "stdout" and self._ready_re is not None and not self._ready.is_set():
+                            match = self._ready_re.search(line)
+                            if match:
+                                self.ready_match = match
+                                self._ready.set()
+                                continue
+                        self._tail.append((which, line))
+            finally:
+                if log is not None:
+                    log.close()
 
         thread = threading.Thread(target=run, name=f"backline-child-{self.proc.pid}-{which}", daemon=True)
         thread.start()
@@ -301,18 +460,22 @@ class ChildProcess:
                 self._join_readers(2.0)  # it has exited: its last lines (or the ready line) are a moment behind
                 break
             if time.monotonic() >= deadline:
-                said = self.last_line()
-                raise DeadlineError(f"{self.name} (pid {self.proc.pid}) was not ready within {timeout:g} s"
-                                    + (f" (it said: {said})" if said else ""))
+                raise self.deadline_error(timeout)
         if self.ready_match is None:
             raise self.start_error()
         return self.ready_match
 
-    def start_error(self) -> TransportError:
+    def start_error(self) -> Exception:
         """The error for a child that ended before it was ready (a subclass may read its status)."""
         said = self.last_line()
         return TransportError(f"{self.name} {describe_exit(self.proc.returncode)} before it was ready"
                               + (f": {said}" if said else " (it printed nothing on stderr)"))
+
+    def deadline_error(self, timeout: float) -> DeadlineError:
+        """The error for a child still not ready after ``timeout`` seconds."""
+        said = self.last_line()
+        return DeadlineError(f"{self.name} (pid {self.proc.pid}) was not ready within {timeout:g} s"
+                             + (f" (it said: {said})" if said else ""))
 
     def last_line(self, stream: str = "stderr") -> str:
         """The last non-blank line the child wrote on ``stream``."""
@@ -336,22 +499,18 @@ class ChildProcess:
                 self.proc.send_signal(signum)
 
     def terminate(self, timeout: float = 10.0) -> int:
-        """Stop the child (SIGCONT, SIGTERM; SIGKILL if it is still there after ``timeout``), reap it."""
-        if self.proc.poll() is None:
-            self.signal(signal.SIGCONT)  # a stopped process takes no SIGTERM
-            self.signal(signal.SIGTERM)
-            if self.wait(timeout) is None:
-                return self.kill(timeout)
+        """Stop the child (SIGCONT, SIGTERM; SIGKILL if it is still there after ``timeout``), reap it
+        (:func:`stop_process`)."""
+        rc = stop_process(self.proc, timeout, group=self._group, name=self.name)
         self._finish()
-        return self.proc.returncode
+        return rc
 
     def kill(self, timeout: float = 10.0) -> int:
-        """SIGKILL the child (as a crash would) and reap it."""
-        self.signal(signal.SIGKILL)
-        if self.wait(timeout) is None:
-            raise DeadlineError(f"{self.name} (pid {self.proc.pid}) is still there {timeout:g} s after SIGKILL")
+        """SIGKILL the child (and its group), as a crash would, and reap it."""
+        _send(self.proc, signal.SIGKILL, self._group)
+        rc = _reap(self.proc, timeout, self.name)
         self._finish()
-        return self.proc.returncode
+        return rc
 
     def _join_readers(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -360,6 +519,9 @@ class ChildProcess:
 
     def _finish(self) -> None:
         """After the child has exited: let the readers reach the end of its output, close the pipes."""
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
         self._join_readers(2.0)
         if not any(t.is_alive() for t in self._readers):
             for stream in (self.proc.stdout, self.proc.stderr):

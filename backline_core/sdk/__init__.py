@@ -39,7 +39,8 @@ _EXPORTS: dict[str, str] = {
     "CoprocessorProcess": "_deployment", "child_environment": "_deployment", "start_process": "_deployment",
     "ChildProcess": "_process", "StopWatch": "_process", "proc_state": "_process", "children": "_process",
     "describe_exit": "_process", "free_port": "_process", "gone": "_process", "pause": "_process",
-    "resume": "_process", "proc_stat": "_process", "interpreter": "_deployment",
+    "resume": "_process", "proc_stat": "_process", "interpreter": "_deployment", "stop_process": "_process",
+    "zombie": "_process", "signal_name": "_process",
     # the bench and the floor kit
     "BenchConfig": "_bench", "RoundRunner": "_bench", "PERCENTILES": "_bench", "PEER_KEY": "_bench",
     "BenchResult": "_bench", "Series": "_bench", "format_report": "_bench",
