@@ -21,17 +21,13 @@ Keep a reference to the handle while its executor is in use.
 from __future__ import annotations
 
 import atexit
-import contextlib
-import ctypes
 import io
 import ipaddress
 import math
 import os
-import queue
 import re
 import shlex
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -47,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from backline_core import AuthenticationError, DeadlineError, InvalidArgumentError, PeerError, TransportError
-from backline_core.sdk import child_environment
+from backline_core.sdk import ChildProcess, child_environment, describe_exit, free_port, interpreter, stop_process
 
 from .secret import generate_secret_file
 
@@ -128,24 +124,6 @@ def _with_tail(message: str, label: str, path: str | None, *, show_path: bool = 
     return f"{message} ({label} is empty)" if say_empty else message
 
 
-def _signal_text(returncode: int | None) -> str:
-    if returncode is None:
-        return "is still running"
-    if returncode < 0:
-        try:
-            return f"was killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"was killed by signal {-returncode}"
-    return f"exited with status {returncode}"
-
-
-def _free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the caller copes with a race)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _probe_hello(host: str, port: int, timeout: float) -> bool:
     """Whether an executor answers at host:port: it sends a HELLO frame at accept, so the first
     four bytes are the protocol's magic (anything else listening there, or an SSH forward whose
@@ -181,114 +159,26 @@ def _check_protocol(version: int, where: str) -> None:
 # --- processes ----------------------------------------------------------------------------------
 
 
-def _killpg(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+class _Child(ChildProcess):
+    """A process a handle started, in its own process group (stopped as a group): the local
+    executor, or an ssh (``role``). A failed start quotes the last lines of its log."""
 
+    def __init__(self, argv: list[str], role: str, name: str, *, pid_label: str = "pid", log_label: str = "",
+                 log_path: str | None = None, show_path: bool = True, **options: Any) -> None:
+        super().__init__(argv, name=name, **options)
+        self.role = role
+        self.what = f"{name} ({pid_label} {self.pid})"
+        self._log_label, self._log_path, self._show_path = log_label, log_path, show_path
 
-def _exited_unreaped(pid: int, timeout: float) -> bool:
-    """Wait up to ``timeout`` for child ``pid`` to exit, leaving it a zombie (so its pid, and
-    the process group it leads, cannot be reused while we still signal that group)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                return True
-        except ChildProcessError:
-            return True  # already reaped elsewhere
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
+    def start_error(self) -> TransportError:
+        rc = self.proc.returncode
+        cls = InvalidArgumentError if rc == 2 else TransportError  # status 2: the server refused its arguments
+        return cls(_with_tail(f"{self.what} {describe_exit(rc)} before it was ready", self._log_label,
+                              self._log_path, show_path=self._show_path))
 
-
-def _stop_group(proc: subprocess.Popen[bytes], grace: float = STOP_GRACE_S) -> None:
-    """Stop ``proc`` and everything in its process group (it leads one): SIGTERM, SIGKILL after
-    ``grace`` seconds, then a SIGKILL sweep of what the group still holds, then reap."""
-    if proc.returncode is None:  # not reaped yet: the group id is still ours to signal
-        _killpg(proc.pid, signal.SIGTERM)
-        _exited_unreaped(proc.pid, grace)
-        _killpg(proc.pid, signal.SIGKILL)  # the leader is a zombie or still running: either way the group is ours
-    try:
-        proc.wait(grace)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not fail
-        warnings.warn(f"process {proc.pid} is still there {grace} s after SIGKILL", RuntimeWarning, stacklevel=2)
-
-
-class _Spawner:
-    """Starts long-lived ssh processes from one thread that lives as long as this process, with
-    PR_SET_PDEATHSIG: ssh then dies with this process however it ends (even SIGKILL), and not
-    with the thread that asked for it (the death signal follows the thread that forked)."""
-
-    PR_SET_PDEATHSIG = 1
-
-    def __init__(self) -> None:
-        self._jobs: queue.Queue[tuple[list[str], dict[str, Any], queue.Queue[Any]]] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        try:
-            self._prctl = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):  # pragma: no cover - not Linux
-            self._prctl = None
-
-    def _die_with_parent(self) -> None:  # runs in the child between fork and exec
-        if self._prctl is not None:
-            self._prctl(self.PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-
-    def _run(self) -> None:
-        while True:
-            argv, kwargs, reply = self._jobs.get()
-            try:
-                reply.put(subprocess.Popen(argv, preexec_fn=self._die_with_parent, **kwargs))
-            except BaseException as exc:  # handed to the caller
-                reply.put(exc)
-
-    def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="backline-executor-spawner", daemon=True)
-                self._thread.start()
-        reply: queue.Queue[Any] = queue.Queue()
-        self._jobs.put((argv, kwargs, reply))
-        result = reply.get(timeout=60)  # a fork+exec; the deadline only guards against a wedged thread
-        if isinstance(result, BaseException):
-            raise result
-        return result
-
-
-_SPAWNER = _Spawner()
-
-
-class _Reader:
-    """Drains a child's stdout on a thread into a log file (appended to), and catches its ready
-    line. Lines lose a trailing "\\r": the output of ``ssh -tt`` comes through a terminal."""
-
-    def __init__(self, stream: Any, log_path: str | None, name: str) -> None:
-        self.ready = threading.Event()
-        self.match: re.Match[str] | None = None
-        self._stream, self._log_path = stream, log_path
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        log = open(self._log_path, "a", encoding="utf-8", errors="replace") if self._log_path else None  # noqa: SIM115
-        try:
-            with contextlib.suppress(OSError, ValueError):
-                for raw in iter(self._stream.readline, b""):
-                    line = raw.decode(errors="replace").rstrip("\n").rstrip("\r")
-                    if not self.ready.is_set():
-                        match = READY_LINE.search(line)
-                        if match:
-                            self.match = match
-                            self.ready.set()
-                    if log is not None:
-                        log.write(line + "\n")
-                        log.flush()
-        finally:
-            if log is not None:
-                log.close()
-
-    def join(self, timeout: float) -> None:
-        self.thread.join(timeout)
+    def deadline_error(self, timeout: float) -> DeadlineError:
+        return DeadlineError(_with_tail(f"{self.what} was not ready within {timeout:g} s", self._log_label,
+                                        self._log_path, show_path=self._show_path))
 
 
 # --- local resources and their release ----------------------------------------------------------
@@ -299,8 +189,7 @@ class _Resources:
     interpreter exit (weakref.finalize). Holds no reference to the handle."""
 
     def __init__(self) -> None:
-        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []  # (role, process), stopped in reverse order
-        self.readers: list[_Reader] = []
+        self.procs: list[_Child] = []  # stopped in reverse order
         self.tmpdir: str | None = None
         self.remote_cleanup: Callable[[], None] | None = None
         self.closed = False
@@ -311,17 +200,11 @@ class _Resources:
             if self.closed:
                 return
             self.closed = True
-        for _, proc in reversed(self.procs):
-            _stop_group(proc)
-            if proc.stdin is not None:  # ssh -tt's stdin, held open so its session stays up
-                with contextlib.suppress(OSError):
-                    proc.stdin.close()
-        for reader in self.readers:
-            reader.join(2.0)
-        for _, proc in self.procs:
-            if proc.stdout is not None and not any(r.thread.is_alive() for r in self.readers):
-                with contextlib.suppress(OSError):
-                    proc.stdout.close()
+        for child in reversed(self.procs):
+            try:
+                child.terminate(STOP_GRACE_S)  # and closes ssh -tt's stdin, held open so its session stays up
+            except DeadlineError as exc:  # pragma: no cover - SIGKILL does not fail
+                warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
         if self.remote_cleanup is not None:
             try:
                 self.remote_cleanup()
@@ -382,7 +265,7 @@ class _Ssh:
                 f"known_hosts (ssh {self.destination} once by hand), then retry{said}")
         if rc == 255:
             return TransportError(f"ssh to {self.destination} failed while {what}{said}")
-        return TransportError(f"on {self.destination}, {what} failed ({_signal_text(rc)}){said}")
+        return TransportError(f"on {self.destination}, {what} failed ({describe_exit(rc)}){said}")
 
     def run(self, what: str, command: str, *, timeout: float, input: bytes | None = None) -> str:
         """Run ``command`` (a shell command line) on the remote; return its stdout."""
@@ -395,13 +278,13 @@ class _Ssh:
         try:
             out, err = proc.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired:
-            _stop_group(proc, 1.0)
+            stop_process(proc, 1.0, group=True)
             out, err = proc.communicate()
             said = err.decode(errors="replace").strip()
             raise DeadlineError(f"ssh to {self.destination} did not finish {what} within {timeout:g} s"
                                 + (f"; ssh said: {said}" if said else "")) from None
         except BaseException:
-            _stop_group(proc, 1.0)
+            stop_process(proc, 1.0, group=True)
             raise
         if proc.returncode != 0:
             raise self.failure(what, proc.returncode, err.decode(errors="replace"))
@@ -481,7 +364,7 @@ def _pip_wheel(args: list[str], dest: str, what: str, timeout: float) -> str:
     if done.returncode != 0 or not made:
         lines = done.stderr.decode(errors="replace").strip().splitlines()[-TAIL_LINES:]
         said = "\n".join("    " + line for line in lines)
-        raise TransportError(f"cannot build the wheel of {what} (pip wheel {_signal_text(done.returncode)}):\n{said}")
+        raise TransportError(f"cannot build the wheel of {what} (pip wheel {describe_exit(done.returncode)}):\n{said}")
     return os.path.join(dest, made[-1])
 
 
@@ -613,32 +496,24 @@ class Executor:
             secret_file = os.path.join(res.tmpdir, "secret")
             generate_secret_file(secret_file)
             log_path = os.fspath(log_file) if log_file is not None else os.path.join(res.tmpdir, "executor.log")
-            cmd = [python, *(_interpreter_flags() if python == sys.executable else []), "-P", "-m",
+            cmd = [*(interpreter() if python == sys.executable else [python, "-P"]), "-m",
                    "backline_executor_orc", "serve", "--bind", "127.0.0.1:0", "--secret-file", secret_file,
                    "--parent-pid", str(os.getpid()), "--remove-at-exit", res.tmpdir]
             for lib in preload:
                 cmd += ["--preload", os.fspath(lib)]
             started = time.monotonic()
-            with open(log_path, "ab") as log:
-                try:
-                    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                                            env=child_environment(), process_group=0)
-                except OSError as exc:
-                    raise TransportError(f"cannot start the executor ({python}): {exc}") from None
-            res.procs.append(("executor", proc))
-            reader = _Reader(proc.stdout, log_path, f"backline-executor-{proc.pid}-out")
-            res.readers.append(reader)
-            what = f"the local executor (pid {proc.pid})"
-            _await_ready(reader, lambda: proc.poll(), what, ready_timeout, "its log", log_path,
-                         show_path=log_file is not None)
+            with open(log_path, "ab") as log:  # its stderr; its stdout is copied there line by line
+                child = _Child(cmd, "executor", "the local executor", log_label="its log", log_path=log_path,
+                               show_path=log_file is not None, ready=READY_LINE.pattern, stderr=log, log=log_path,
+                               env=child_environment())
+            res.procs.append(child)
+            address, _, protocol, triple = child.wait_ready(ready_timeout).groups()
             ready_seconds = time.monotonic() - started
-            assert reader.match is not None
-            address, _, protocol, triple = reader.match.groups()
             _check_protocol(int(protocol), f"started here ({python})")
             host, _ = split_address(address)
             if not _is_loopback(host):
-                raise TransportError(f"{what} bound {address}, not a loopback address")
-            return cls("local", address, host, secret_file, triple, res, pid=proc.pid, log_path=log_path,
+                raise TransportError(f"{child.what} bound {address}, not a loopback address")
+            return cls("local", address, host, secret_file, triple, res, pid=child.pid, log_path=log_path,
                        ready_seconds=ready_seconds, timeout_ms=timeout_ms)
         except BaseException:
             res.release()  # nothing is left behind when start-up fails
@@ -731,20 +606,17 @@ class Executor:
             command = (f"exec {shlex.quote(remote_python)} -P -m backline_executor_orc serve "
                        f"--bind 127.0.0.1:0 --secret-file {qws}/secret")
             with open(ssh_log, "ab") as err:
-                serve = _SPAWNER.popen(ssh.argv("-tt", "-e", "none", command=command), stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=err, process_group=0)
-            res.procs.append(("ssh-serve", serve))
-            reader = _Reader(serve.stdout, serve_log, f"backline-executor-ssh-{serve.pid}-out")
-            res.readers.append(reader)
-            what = f"the executor on {ssh.destination} (ssh pid {serve.pid})"
+                serve = _ssh_child(ssh.argv("-tt", "-e", "none", command=command), "ssh-serve",
+                                   f"the executor on {ssh.destination}", log_label="its output", log_path=serve_log,
+                                   show_path=False, ready=READY_LINE.pattern, stdin_pipe=True, stderr=err,
+                                   log=serve_log)
+            res.procs.append(serve)
             try:
-                _await_ready(reader, lambda: serve.poll(), what, ready_timeout, "its output", serve_log,
-                             show_path=False)
+                match = serve.wait_ready(ready_timeout)
             except TransportError as exc:
                 raise type(exc)(_with_tail(str(exc), "ssh's log", ssh_log, show_path=False, say_empty=False),
                                 status=exc.status) from None
-            assert reader.match is not None
-            remote_address, remote_pid, protocol, triple = reader.match.groups()
+            remote_address, remote_pid, protocol, triple = match.groups()
             _check_protocol(int(protocol), f"on {ssh.destination}")
             res.remote_cleanup = _remote_cleanup(ssh, ws, created, workspace is not None, ready_timeout,
                                                  int(remote_pid))
@@ -797,25 +669,25 @@ class Executor:
     def processes(self) -> dict[str, int]:
         """The pids of the processes this handle started here, by role ("executor" for a local
         one; "ssh-serve" and "ssh-forward" for an SSH one)."""
-        return {role: proc.pid for role, proc in self._resources.procs}
+        return {child.role: child.pid for child in self._resources.procs}
 
     def failure(self) -> str | None:
         """Why this executor is gone (a sentence naming what ended), or None while it runs.
         An attached executor is not watched: None unless it was closed."""
         if self.closed:
             return f"the executor handle for {self.address} was closed"
-        for role, proc in self._resources.procs:
-            rc = proc.poll()
+        for child in self._resources.procs:
+            rc = child.returncode
             if rc is None:
                 continue
-            if role == "executor":
-                return _with_tail(f"the local executor at {self.address} (pid {proc.pid}) {_signal_text(rc)}",
+            if child.role == "executor":
+                return _with_tail(f"the local executor at {self.address} (pid {child.pid}) {describe_exit(rc)}",
                                   "its log", self.log_path)
-            if role == "ssh-forward":
+            if child.role == "ssh-forward":
                 return _with_tail(f"the SSH forward to {self._ssh_destination} for the executor at {self.address} "
-                                  f"ended (ssh pid {proc.pid} {_signal_text(rc)})", "ssh's log", self._forward_log)
+                                  f"ended (ssh pid {child.pid} {describe_exit(rc)})", "ssh's log", self._forward_log)
             return _with_tail(f"the SSH session to {self._ssh_destination} running the executor at {self.address} "
-                              f"ended (ssh pid {proc.pid} {_signal_text(rc)}): the executor got SIGHUP",
+                              f"ended (ssh pid {child.pid} {describe_exit(rc)}): the executor got SIGHUP",
                               "ssh's log", self._serve_log)
         return None
 
@@ -857,28 +729,13 @@ class Executor:
 # --- helpers of the constructors ----------------------------------------------------------------
 
 
-def _interpreter_flags() -> list[str]:
-    from backline_core.sdk import CoprocessorProcess
-
-    return CoprocessorProcess._interpreter_flags()
-
-
-def _await_ready(reader: _Reader, poll: Callable[[], int | None], what: str, timeout: float,
-                 log_label: str, log_path: str | None, *, show_path: bool) -> None:
-    """Wait for the ready line; a process that exits first, or a deadline, is the error."""
-    deadline = time.monotonic() + timeout
-    while not reader.ready.wait(0.05):
-        if poll() is not None:
-            reader.join(2.0)  # it has exited: its last lines (or a ready line) are a moment behind
-            if reader.ready.is_set():
-                break
-            rc = poll()
-            cls = InvalidArgumentError if rc == 2 else TransportError  # status 2: the server refused its arguments
-            raise cls(_with_tail(f"{what} {_signal_text(rc)} before it was ready", log_label, log_path,
-                                 show_path=show_path))
-        if time.monotonic() >= deadline:
-            raise DeadlineError(_with_tail(f"{what} was not ready within {timeout:g} s", log_label, log_path,
-                                           show_path=show_path))
+def _ssh_child(argv: list[str], role: str, name: str, **options: Any) -> _Child:
+    """An ssh process of a handle: it dies with this process however this process ends (ssh
+    cannot watch a parent pid), and its start failing is one clear error."""
+    try:
+        return _Child(argv, role, name, pid_label="ssh pid", die_with_parent=True, **options)
+    except TransportError as exc:
+        raise TransportError(f"cannot run ssh ({exc}): install the OpenSSH client") from None
 
 
 def _workspace_guard(ws: str, given: bool) -> bool:
@@ -925,23 +782,22 @@ def _open_forward(ssh: _Ssh, res: _Resources, remote_port: int, first_port: int 
     assert res.tmpdir is not None
     taken: list[int] = []
     for attempt in range(FORWARD_ATTEMPTS):
-        local = first_port if attempt == 0 and first_port is not None else _free_port()
+        local = first_port if attempt == 0 and first_port is not None else free_port("127.0.0.1")
         log_path = os.path.join(res.tmpdir, f"ssh-forward-{attempt}.log")
         argv = ssh.argv("-N", "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{local}:127.0.0.1:{remote_port}")
         with open(log_path, "ab") as err:
-            proc = _SPAWNER.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                  process_group=0)
-        res.procs.append(("ssh-forward", proc))
+            forward = _ssh_child(argv, "ssh-forward", f"the SSH forward to {ssh.destination}", ready=None, stderr=err)
+        res.procs.append(forward)
         deadline = time.monotonic() + timeout
         while True:
-            if proc.poll() is not None:
+            if forward.returncode is not None:
                 said = Path(log_path).read_text(errors="replace")
                 if re.search(r"Address already in use|cannot listen|Could not request local forwarding", said):
                     taken.append(local)
-                    res.procs.remove(("ssh-forward", proc))
-                    proc.wait()
+                    res.procs.remove(forward)
+                    forward.terminate()  # it has exited: reaped, its pipe closed
                     break  # next port
-                raise ssh.failure(f"forwarding local port {local} to the executor", proc.returncode, said)
+                raise ssh.failure(f"forwarding local port {local} to the executor", forward.returncode, said)
             if _probe_hello("127.0.0.1", local, 1.0):
                 return local, log_path, taken
             if time.monotonic() >= deadline:

@@ -29,7 +29,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from backline_core.sdk import lib
+from backline_core.sdk import StopWatch, lib, signal_name
 
 from . import session, wire
 
@@ -53,13 +53,6 @@ def _peer(sock: socket.socket) -> str:
     except OSError:
         return "?"
     return format_address(name[0], name[1])
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 @dataclass
@@ -105,39 +98,21 @@ class Supervisor:
         self.pid = os.getpid()
         self.pending: dict[int, _Pending] = {}
         self.children: dict[int, _Child] = {}
-        self.stop_signal = 0
+        self.stop: StopWatch | None = None  # armed by run(): signals, the parent's exit
         self.stopping = False
         self.selector = selectors.DefaultSelector()
         self.root = ""  # the session asset dirs' parent, made at the first session (then a stop removes it)
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._pidfd: int | None = None
-        self._parent_poll = 0.0
 
     # -- set-up -------------------------------------------------------------------------
 
-    def _install(self) -> None:
-        for s in (self._wake_r, self._wake_w):
-            s.setblocking(False)
-        signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
-        signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # a handler, so the wakeup fd hears it
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, self._on_stop_signal)
+    def _install(self) -> StopWatch:
+        stop = StopWatch(self.parent_pid)  # SIGTERM, SIGINT, SIGHUP, the parent's exit
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # a handler, so the watch's wakeup fd hears it
         self.listener.setblocking(False)
         self.selector.register(self.listener, selectors.EVENT_READ, "listen")
-        self.selector.register(self._wake_r, selectors.EVENT_READ, "wake")
-        if self.parent_pid is not None:
-            try:
-                self._pidfd = os.pidfd_open(self.parent_pid)
-            except ProcessLookupError:
-                self.stop_signal = -1  # the parent is already gone
-                log.info("parent process %d is gone; stopping", self.parent_pid)
-            except OSError:  # no pidfd on this kernel: poll once a second instead
-                self._pidfd = None
-            else:
-                self.selector.register(self._pidfd, selectors.EVENT_READ, "parent")
-
-    def _on_stop_signal(self, signum: int, frame: object) -> None:
-        self.stop_signal = signum
+        for fd in stop.fds():
+            self.selector.register(fd, selectors.EVENT_READ, "stop")
+        return stop
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -147,19 +122,14 @@ class Supervisor:
         ``on_ready`` runs once the signal handlers are in place (it prints the ready line), so
         a SIGTERM right after the ready line still stops the server cleanly.
         """
-        self._install()
+        self.stop = stop = self._install()
         try:
             if on_ready is not None:
                 on_ready()
-            while not self.stop_signal:
+            while not stop.triggered():  # a signal byte, SIGCHLD's included, is read here
                 for key, events in self.selector.select(self._timeout()):
                     if key.data == "listen":
                         self._accept()
-                    elif key.data == "wake":
-                        self._drain_wakeup()
-                    elif key.data == "parent":
-                        log.info("parent process %d exited; stopping", self.parent_pid)
-                        self.stop_signal = -1
                     elif isinstance(key.data, _Pending):
                         try:
                             self._on_pending(key.data)
@@ -169,38 +139,19 @@ class Supervisor:
                                 self._drop_pending(key.data, None)
                 self._reap()
                 self._expire()
-                self._check_parent()
-            if self.stop_signal > 0:
-                log.info("stopping on %s", _signal_name(self.stop_signal))
+            log.info("stopping: %s", stop.reason)
         finally:
             self._stop()
         return 0
 
     def _timeout(self) -> float:
         now = time.monotonic()
-        timeout = 1.0 if (self.parent_pid is not None and self._pidfd is None) else 60.0
+        timeout = 60.0
+        if self.stop is not None and self.stop.poll_interval is not None:
+            timeout = self.stop.poll_interval  # no pidfd on this kernel: the parent is polled
         for p in self.pending.values():
             timeout = min(timeout, p.deadline - now)
         return max(0.0, timeout)
-
-    def _drain_wakeup(self) -> None:
-        try:
-            while self._wake_r.recv(4096):
-                pass
-        except (BlockingIOError, InterruptedError):
-            pass
-
-    def _check_parent(self) -> None:
-        if self.parent_pid is None or self._pidfd is not None or time.monotonic() < self._parent_poll:
-            return
-        self._parent_poll = time.monotonic() + 1.0
-        try:
-            os.kill(self.parent_pid, 0)
-        except ProcessLookupError:
-            log.info("parent process %d exited; stopping", self.parent_pid)
-            self.stop_signal = -1
-        except PermissionError:
-            pass  # it exists, owned by someone else
 
     # -- handshakes ---------------------------------------------------------------------
 
@@ -388,11 +339,7 @@ class Supervisor:
     def _close_inherited(self, sock: socket.socket) -> None:
         """Close every descriptor the session does not need (stdin/stdout become /dev/null)."""
         self.selector.close()
-        self.listener.close()
-        self._wake_r.close()
-        self._wake_w.close()
-        if self._pidfd is not None:
-            os.close(self._pidfd)
+        self.listener.close()  # the stop watch's descriptors go with the rest below
         for p in self.pending.values():
             p.sock.close()
         for c in self.children.values():
@@ -426,7 +373,7 @@ class Supervisor:
             return
         if os.WIFSIGNALED(status):
             number = os.WTERMSIG(status)
-            name = _signal_name(number)
+            name = signal_name(number)
             if self.stopping:
                 message = f"the executor is shutting down: its session process was stopped ({name})"
             else:
@@ -461,9 +408,10 @@ class Supervisor:
 
     def _stop(self) -> None:
         self.stopping = True
-        if self._pidfd is not None:  # once the parent is gone it stays readable: stop listening to it
+        stop = self.stop
+        for fd in stop.fds()[1:] if stop is not None else []:  # a gone parent's pidfd stays readable
             try:
-                self.selector.unregister(self._pidfd)
+                self.selector.unregister(fd)
             except (KeyError, ValueError):
                 pass
         for p in list(self.pending.values()):
@@ -481,7 +429,8 @@ class Supervisor:
         deadline = time.monotonic() + STOP_GRACE_S
         while self.children and time.monotonic() < deadline:
             self.selector.select(min(0.05, max(0.0, deadline - time.monotonic())))
-            self._drain_wakeup()
+            if stop is not None:
+                stop.triggered()  # empties the wakeup pipe (SIGCHLD)
             self._reap()
         for pid in list(self.children):
             try:
@@ -495,13 +444,9 @@ class Supervisor:
                 self.children.pop(pid, None)
                 continue
             self._ended(pid, status)
-        signal.set_wakeup_fd(-1)
         self.selector.close()
-        self._wake_r.close()
-        self._wake_w.close()
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
+        if stop is not None:
+            stop.close()  # puts back the wakeup fd and the handlers it replaced
         if self.root:
             shutil.rmtree(self.root, ignore_errors=True)
         log.info("stopped")

@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from backline_core.sdk import children, free_port, stop_process
+
 SSHD = "/usr/sbin/sshd"
 #: OpenSSH's privilege-separation folder (compiled in; sshd refuses to start without it)
 PRIVSEP_DIR = Path("/run/sshd")
@@ -108,19 +110,7 @@ class Sshd:
 
     def sessions(self) -> list[int]:
         """pids of the processes sshd forked for connections that are still there."""
-        return children_of(self.proc.pid)
-
-
-def children_of(pid: int) -> list[int]:
-    """pids of the children of ``pid`` (zombies included)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry))
-    return found
+        return children(self.proc.pid, zombies=True)
 
 
 def start_sshd(directory: Path, keys: SshKeys, listen: str, port: int, *, prefix: Sequence[str] = ()) -> Sshd:
@@ -184,27 +174,15 @@ def start_sshd(directory: Path, keys: SshKeys, listen: str, port: int, *, prefix
 
 
 def stop_sshd(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+    stop_process(proc, 10.0)
     if proc.stderr is not None:
         proc.stderr.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory: pytest.TempPathFactory, ssh_keys: SshKeys) -> Iterator[Sshd]:
     """A real OpenSSH sshd on 127.0.0.1 (a free port) that lets ``root`` in with ``ssh_keys``."""
-    server = start_sshd(tmp_path_factory.mktemp("sshd"), ssh_keys, "127.0.0.1", _free_port())
+    server = start_sshd(tmp_path_factory.mktemp("sshd"), ssh_keys, "127.0.0.1", free_port("127.0.0.1"))
     yield server
     stop_sshd(server.proc)
     with socket.socket() as s:

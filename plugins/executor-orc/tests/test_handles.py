@@ -22,7 +22,7 @@ import pytest
 from backline_executor_orc.handle import Executor, configure_client, split_address
 
 from backline_core import AuthenticationError, InvalidArgumentError, TransportError
-from backline_core.sdk import check, ffi, last_error, lib
+from backline_core.sdk import check, children, ffi, gone, last_error, lib
 
 HERE = Path(__file__).resolve().parent
 
@@ -64,9 +64,8 @@ def processes_mentioning(text: str) -> list[tuple[int, str]]:
             continue
         with contextlib.suppress(OSError):
             raw = Path(f"/proc/{entry}/cmdline").read_bytes()
-            if raw and text in raw.decode(errors="replace").replace("\0", " "):
-                if Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                    found.append((int(entry), raw.decode(errors="replace").replace("\0", " ").strip()))
+            if raw and text in raw.decode(errors="replace").replace("\0", " ") and not gone(int(entry)):
+                found.append((int(entry), raw.decode(errors="replace").replace("\0", " ").strip()))
     return found
 
 
@@ -78,24 +77,6 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str) -> ob
             raise AssertionError(f"{what} (waited {timeout} s)")
         time.sleep(0.05)
     return value
-
-
-def gone(pid: int) -> bool:
-    """Whether process ``pid`` has exited (a zombie waiting for its parent counts as exited)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[3]) == pgid:
-                    members.append(int(entry))
-    return members
 
 
 @pytest.fixture
@@ -135,7 +116,8 @@ def test_local_executor_is_ready_private_and_leaves_nothing(private_tmp: Path) -
     assert ex.closed and "closed" in repr(ex)
     ex.close()  # idempotent
     assert gone(pid), f"executor {pid} is still there after close()"
-    assert not group_members(pid), f"processes of the executor's group are left: {group_members(pid)}"
+    left = children(pgid=pid, zombies=True)
+    assert not left, f"processes of the executor's group are left: {left}"
     assert not processes_mentioning(ex.secret_file)
     assert not folder.exists()
     assert_no_handle_dirs(private_tmp)

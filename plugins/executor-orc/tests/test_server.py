@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import selectors
 import signal
 import socket
 import struct
@@ -28,7 +27,8 @@ import pytest
 from backline_executor_orc import wire
 from backline_executor_orc.secret import generate_secret_file, read_secret_file
 
-from backline_core.sdk import lib
+from backline_core import TransportError
+from backline_core.sdk import ChildProcess, children, gone, lib, stop_process
 
 llvm.initialize_native_target()
 llvm.initialize_native_asmprinter()
@@ -140,23 +140,8 @@ def kernels() -> bytes:
 # -- processes ---------------------------------------------------------------------------
 
 
-def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry))
-    return found
-
-
 def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    return not gone(pid)
 
 
 def fd_count(pid: int) -> int:
@@ -176,12 +161,16 @@ def wait_until(condition, timeout: float, what: str):
 
 @dataclass
 class Server:
-    proc: subprocess.Popen
+    child: ChildProcess
     address: str
     pid: int
     triple: str
     log: Path
     sessions_seen: set[int] = field(default_factory=set)
+
+    @property
+    def proc(self) -> subprocess.Popen:
+        return self.child.proc
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -192,46 +181,30 @@ class Server:
         return self.log.read_text(errors="replace")
 
     def sessions(self) -> list[int]:
-        pids = children_of(self.pid)
+        pids = children(self.pid, zombies=True)  # unreaped ones too: the supervisor reaps its sessions
         self.sessions_seen.update(pids)
         return pids
 
 
-def _read_ready(proc: subprocess.Popen, log: Path) -> str:
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    data = b""
-    deadline = time.monotonic() + READY_TIMEOUT
+def serve_child(cmd: list[str], log: Path, env: dict | None = None) -> tuple[ChildProcess, str]:
+    """``serve`` started with its stderr in ``log``, and its ready line (AssertionError with the log if none)."""
+    with open(log, "wb") as err:  # in this test's process group, as a shell would start it
+        child = ChildProcess(cmd, name="the executor server", ready=r"^backline-executor ready .*", stderr=err,
+                             env=env, process_group=False)
     try:
-        while b"\n" not in data:
-            left = deadline - time.monotonic()
-            if left <= 0 or not sel.select(left):
-                raise AssertionError(f"no ready line in {READY_TIMEOUT} s; log: {log.read_text()}")
-            chunk = os.read(proc.stdout.fileno(), 4096)
-            if not chunk:
-                raise AssertionError(f"the server exited ({proc.wait(10)}) before its ready line; "
-                                     f"log: {log.read_text()}")
-            data += chunk
-    finally:
-        sel.close()
-    return data.split(b"\n", 1)[0].decode()
+        return child, child.wait_ready(READY_TIMEOUT).group(0)
+    except TransportError as exc:
+        child.terminate(15)
+        raise AssertionError(f"{exc}; log: {log.read_text()}") from None
 
 
 def stop(server: Server) -> None:
-    proc = server.proc
     server.sessions()
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(15)
+    server.child.terminate(15)  # SIGTERM, SIGKILL after 15 s
     for pid in server.sessions_seen:  # session processes die with the supervisor (PDEATHSIG)
         with contextlib.suppress(ProcessLookupError):
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-    proc.stdout.close()
 
 
 @pytest.fixture
@@ -250,13 +223,11 @@ def start(tmp_path: Path, secret_file: str) -> Iterator:
                "--parent-pid", str(os.getpid()), *args]
         if secret:
             cmd += ["--secret-file", secret]
-        with open(log, "wb") as err:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, env=env)
-        server = Server(proc, "", proc.pid, "", log)
+        child, line = serve_child(cmd, log, env)
+        server = Server(child, "", child.pid, "", log)
         started.append(server)
-        line = _read_ready(proc, log)
         parts = dict(p.split("=", 1) for p in line.split()[2:])
-        assert line.startswith("backline-executor ready ") and parts["pid"] == str(proc.pid), line
+        assert parts["pid"] == str(child.pid), line
         assert parts["protocol"] == str(lib.BL_EXECUTOR_PROTOCOL_VERSION)
         server.address, server.triple = parts["address"], parts["triple"]
         return server
@@ -746,22 +717,18 @@ def test_sigterm_stops_everything(start, secret, kernels):
 def test_parent_exit_stops_the_server(tmp_path, secret_file):
     parent = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     log = tmp_path / "server.log"
-    with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "backline_executor_orc", "serve", "--secret-file", secret_file,
-                                 "--parent-pid", str(parent.pid)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=err)
+    server = None
     try:
-        _read_ready(proc, log)
+        server, _ = serve_child([sys.executable, "-m", "backline_executor_orc", "serve", "--secret-file", secret_file,
+                                 "--parent-pid", str(parent.pid)], log)
         parent.stdin.close()
         parent.wait(30)
-        assert proc.wait(30) == 0
-        assert "parent process" in log.read_text()
+        assert server.wait(30) == 0
+        assert f"stopping: parent process {parent.pid} exited" in log.read_text()
     finally:
-        for p in (proc, parent):
-            if p.poll() is None:
-                p.kill()
-                p.wait(30)
-        proc.stdout.close()
+        if server is not None:
+            server.terminate(15)
+        stop_process(parent, 30.0)
 
 
 # -- the command line ---------------------------------------------------------------------------
