@@ -17,12 +17,12 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -31,8 +31,9 @@ from pathlib import Path
 import pytest
 
 from backline_core import Controller, Coprocessor, Placement
-from backline_core._deployment import CoprocessorProcess, deploy
+from backline_core._deployment import CoprocessorProcess, child_environment, deploy
 from backline_core._errors import DeadlineError, InvalidArgumentError, KeyTakenError, TransportError
+from backline_core._process import ChildProcess
 from backline_core._process import proc_stat as _stat  # the serve's own reading of /proc/PID/stat
 from backline_core._session import Session
 
@@ -102,15 +103,6 @@ def serve_processes(key: str | None = None, parent: int | None = None, prefix: b
     return out
 
 
-def read_line(stream, timeout: float) -> str:
-    """One line from a child's pipe, or "" at EOF or after ``timeout`` seconds."""
-    got: list[str] = []
-    reader = threading.Thread(target=lambda: got.append(stream.readline()), daemon=True)
-    reader.start()
-    reader.join(timeout)
-    return got[0] if got else ""
-
-
 def kill_all(pids_and_starts: list[tuple[int, int | None]]) -> None:
     for pid, started in pids_and_starts:
         if running(pid, started):
@@ -175,27 +167,22 @@ time.sleep(300)
 def test_deployed_child_dies_with_its_parent(tmp_path, key, no_leftovers, sig):
     script = tmp_path / "parent.py"
     script.write_text(DEPLOYING_PARENT)
-    parent = subprocess.Popen([sys.executable, str(script), key], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, cwd=tmp_path)
+    parent = ChildProcess([sys.executable, str(script), key], name="the deploying parent", ready=r"^(\d+)$",
+                          cwd=str(tmp_path), process_group=False)
     no_leftovers.append((parent.pid, start_time(parent.pid)))
     try:
-        line = read_line(parent.stdout, START_S)
-        died = parent.stderr.read() if parent.poll() is not None else ""
-        assert line.strip().isdigit(), f"the parent did not deploy: {line!r} {died}"
-        child = int(line)
+        child = int(parent.wait_ready(START_S).group(1))  # else: how the parent ended, and what it said
         started = start_time(child)
         no_leftovers.append((child, started))
         assert running(child, started) and segments(key)
-        parent.send_signal(sig)
+        parent.signal(sig)
         parent.wait(30)
         assert wait_until(lambda: not running(child, started), CHILD_GONE_S), \
             f"the coprocessor (pid {child}) outlived its parent killed by {sig.name}"
         wait_until(lambda: not segments(key), 5)
         assert not segments(key), f"segments left behind: {segments(key)}"
     finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait(10)
+        parent.kill(10)
 
 
 @pytest.mark.defect("a bench coprocessor child outlived the bench")
@@ -272,14 +259,14 @@ def test_serve_watches_a_parent_pid_that_is_not_its_parent(key, no_leftovers):
     # --parent-pid of a process that is not the serve's parent was taken for a dead parent
     # (getppid() differs), so the serve stopped right after "ready".
     watched = subprocess.Popen(["sleep", "120"])
-    serve = subprocess.Popen([sys.executable, "-m", "backline_core", "coprocessor", "serve", "--key", key, "--fn",
-                              "echo", "--parent-pid", str(watched.pid)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    serve = ChildProcess([sys.executable, "-m", "backline_core", "coprocessor", "serve", "--key", key, "--fn",
+                          "echo", "--parent-pid", str(watched.pid)], name="the serve",
+                         ready=rf"^ready key={re.escape(key)} ", process_group=False)
     no_leftovers.append((serve.pid, start_time(serve.pid)))
     try:
-        assert read_line(serve.stdout, START_S).startswith(f"ready key={key}")
+        serve.wait_ready(START_S)
         time.sleep(1.0)
-        assert serve.poll() is None, f"the serve stopped while {watched.pid} lives: {serve.stderr.read()}"
+        assert serve.returncode is None, f"the serve stopped while {watched.pid} lives: {serve.output_tail()}"
         with Session.open("memcpy", "controller", key, in_bytes=4, out_bytes=4) as ctl:
             assert ctl.round(b"ping") == b"ping"
         watched.kill()
@@ -287,10 +274,10 @@ def test_serve_watches_a_parent_pid_that_is_not_its_parent(key, no_leftovers):
         assert serve.wait(CHILD_GONE_S) == 0
         assert not segments(key)
     finally:
-        for p in (watched, serve):
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
+        if watched.poll() is None:
+            watched.kill()
+            watched.wait(10)
+        serve.kill(10)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])

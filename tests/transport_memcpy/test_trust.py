@@ -36,6 +36,7 @@ from backline_core._errors import (
 )
 from backline_core._abi import lib
 from backline_core._placement import Controller, Coprocessor, Placement
+from backline_core._process import zombie  # exited, unreaped, no thread still on its way out
 from backline_core._resolution import resolve
 from backline_core._session import Session
 
@@ -129,17 +130,6 @@ def segment_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
             if not os.path.islink(p):
                 os.chmod(p, 0o700)
     shutil.rmtree(base, ignore_errors=True)
-
-
-def zombie(pid: int) -> bool:
-    """Whether process ``pid`` has exited but not been reaped: its main thread is a zombie
-    and no other thread of it is still on its way out."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            fields = dict(line.split(":", 1) for line in fh if ":" in line)
-    except FileNotFoundError:
-        return False
-    return fields["State"].split()[0] == "Z" and int(fields["Threads"]) == 1
 
 
 def wait_for_zombie(pid: int) -> None:

@@ -44,6 +44,7 @@ import pennylane as qml
 from backline_compiler import Backline, qjit
 from backline_core import Controller, Coprocessor, CoprocessorFunction, Endpoint
 from backline_core._errors import PluginError
+from backline_core.sdk import free_port
 
 #: Spin this long (µs) between rounds before sleeping: the simulator takes tens of µs per
 #: gate, and a sleeping coprocessor costs a wake-up on the next round.
@@ -99,15 +100,6 @@ def device(quantum: str, *, coprocessor_fn: str | CoprocessorFunction | None = "
                     init_args={"idle_spin_us": IDLE_SPIN_US}, endpoint=endpoint, **where)]
     return Backline(controller=ctrl, coprocessors=coprocessors, transport=transport, qec_code="steane", noise=noise,
                     apply_correction=apply_correction, seed=seed)
-
-
-def free_port(host: str) -> int:
-    """A TCP port nothing listens on now, for a coprocessor's endpoint."""
-    import socket
-
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def logical_error_rate(samples: Any) -> tuple[float, float]:

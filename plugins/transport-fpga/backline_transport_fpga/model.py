@@ -10,15 +10,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import select
-import signal
 import subprocess
 import sys
 import time
 from typing import Any
 
 from backline_core import BacklineError, DeadlineError
-from backline_core.sdk import child_environment, from_status
+from backline_core.sdk import ChildProcess, child_environment, describe_exit, from_status, interpreter
 
 from .native import default_window
 
@@ -71,6 +69,22 @@ def main(argv: list[str] | None = None) -> int:
     return run(args)
 
 
+class _ModelChild(ChildProcess):
+    """The model's process: a failed start is the model's own one-line error."""
+
+    def __init__(self, command: list[str], window: str) -> None:
+        self.window = window
+        super().__init__(command, name="the engine model", env=child_environment())
+
+    def start_error(self) -> Exception:
+        said = self.last_line().removeprefix("backline: error: ")
+        return BacklineError(f"the engine model did not start: "
+                             f"{said or f'it {describe_exit(self.proc.returncode)} and printed nothing'}")
+
+    def deadline_error(self, timeout: float) -> DeadlineError:
+        return DeadlineError(f"the engine model ({self.window}) was not ready within {timeout:g} s")
+
+
 class EngineModel:
     """An engine model process with its own window, for as long as the ``with`` block runs.
 
@@ -83,7 +97,7 @@ class EngineModel:
     def __init__(self, window: str | None = None, *, device: str = "", ib_port: int = 0, gid_index: int = -1,
                  mem_mib: int = 16, cpu: int | None = None, start_timeout: float = 60.0) -> None:
         self.window = window or f"/dev/shm/backline-hwhs-{os.getpid()}-{time.monotonic_ns() % 10**9}"
-        self.command = [sys.executable, "-P", "-m", "backline_transport_fpga.model", "--window", self.window,
+        self.command = [*interpreter(), "-m", "backline_transport_fpga.model", "--window", self.window,
                         "--ib-port", str(ib_port), "--gid-index", str(gid_index), "--mem-mib", str(mem_mib),
                         "--parent-pid", str(os.getpid())]
         if device:
@@ -91,27 +105,21 @@ class EngineModel:
         if cpu is not None:
             self.command += ["--cpu", str(cpu)]
         self.start_timeout = start_timeout
-        self.proc: subprocess.Popen[str] | None = None
+        self.child: ChildProcess | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.child.proc if self.child is not None else None
 
     @property
     def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        assert self.child is not None
+        return self.child.pid
 
     def __enter__(self) -> EngineModel:
-        self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=child_environment())
+        self.child = _ModelChild(self.command, self.window)
         try:
-            readable, _, _ = select.select([self.proc.stdout], [], [], self.start_timeout)
-            line = self.proc.stdout.readline() if readable else ""
-            if not line.startswith("ready"):
-                if not readable:
-                    raise DeadlineError(f"the engine model ({self.window}) was not ready within {self.start_timeout} s")
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.proc.wait(10)
-                said = [s for s in self.proc.stderr.read().splitlines() if s.strip()]
-                reason = said[-1].removeprefix("backline: error: ") if said else f"it printed {line!r}"
-                raise BacklineError(f"the engine model did not start: {reason}")
+            self.child.wait_ready(self.start_timeout)
         except BaseException:
             self.__exit__()
             raise
@@ -119,25 +127,12 @@ class EngineModel:
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout`` s; its exit status."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout)
-        return self.proc.returncode
+        return self.child.terminate(timeout) if self.child is not None else None
 
     def __exit__(self, *exc: Any) -> None:
-        if self.proc is None:
+        if self.child is None:
             return
         self.stop()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.window)  # a killed model cannot remove it
 

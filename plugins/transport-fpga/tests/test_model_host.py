@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from typing import Iterator
 
 import pytest
 
+from backline_core.sdk import ChildProcess
 from backline_core.testing import one_line
 from backline_transport_fpga.native import hwhs
 
@@ -41,39 +41,11 @@ COMMIT_REQ = H["HWHS_REQ_COMMIT"]
 QPCTX_REQ = H["HWHS_REQ_QPCTX"]
 
 
-def spawn(window: str) -> subprocess.Popen:
+def spawn(window: str) -> ChildProcess:
     """The model as `backline fpga model` runs it, on a device no machine has."""
-    return subprocess.Popen([sys.executable, "-m", "backline_transport_fpga.model", "--window", window, "--device",
-                             NO_DEVICE, "--mem-mib", str(MEM_BYTES >> 20)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-
-def read_line(proc: subprocess.Popen, timeout: float) -> str:
-    assert proc.stdout is not None
-    line = b""
-    deadline = time.monotonic() + timeout
-    while not line.endswith(b"\n"):
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
-            break
-        byte = os.read(proc.stdout.fileno(), 1)
-        if not byte:
-            break
-        line += byte
-    return line.decode()
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-    for stream in (proc.stdout, proc.stderr):
-        if stream:
-            stream.close()
+    return ChildProcess([sys.executable, "-m", "backline_transport_fpga.model", "--window", window, "--device",
+                         NO_DEVICE, "--mem-mib", str(MEM_BYTES >> 20)], name="the engine model",
+                        ready=r"^ready (\S+) pid (\d+)$")
 
 
 class Window:
@@ -144,17 +116,16 @@ class Window:
 @pytest.fixture
 def model(tmp_path) -> Iterator[tuple[subprocess.Popen, Window, str]]:
     path = str(tmp_path / "window")
-    proc = spawn(path)
+    child = spawn(path)
     w = None
     try:
-        line = read_line(proc, 10)
-        assert line == f"ready {path} pid {proc.pid}\n", (line, proc.stderr.read() if proc.poll() is not None else "")
+        assert child.wait_ready(10).groups() == (path, str(child.pid))
         w = Window(path)
-        yield proc, w, path
+        yield child.proc, w, path
     finally:
         if w:
             w.close()
-        stop(proc)
+        child.terminate(5)
         if os.path.exists(path):
             os.unlink(path)
 
@@ -264,16 +235,16 @@ def test_existing_window_is_refused(tmp_path):
     path = str(tmp_path / "window")
     with open(path, "w") as f:
         f.write("someone else's")
-    proc = spawn(path)
+    child = spawn(path)
     try:
-        assert proc.wait(10) == 2
-        out = proc.stderr.read().decode()
-        assert "exists already" in one_line(out) and path in out, out
-        with open(path) as f:
-            assert f.read() == "someone else's"
-        assert os.listdir(tmp_path) == ["window"]
+        assert child.wait(10) == 2
     finally:
-        stop(proc)
+        child.terminate(5)  # reaped, and its output read to the end
+    out = "\n".join(child.output_tail())
+    assert "exists already" in one_line(out) and path in out, out
+    with open(path) as f:
+        assert f.read() == "someone else's"
+    assert os.listdir(tmp_path) == ["window"]
 
 
 def test_random_register_writes_neither_crash_nor_hang_the_model(model):
