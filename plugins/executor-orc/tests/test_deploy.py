@@ -28,6 +28,8 @@ pytest.importorskip("backline_compiler", reason="building an executor's code nee
 
 from backline_executor_orc.handle import Executor  # noqa: E402
 
+from backline_core.sdk import ChildProcess, children, gone  # noqa: E402
+
 steane = plugins.get("decoder", "steane").build  # the core's Steane lookup table
 
 SHM = Path(f"/dev/shm/backline-{os.geteuid()}")
@@ -43,10 +45,7 @@ def _placement(ex: Executor, key: str, fn: object = "steane", **node: object) ->
 
 
 def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except FileNotFoundError:
-        return []
+    return children(pid, zombies=True)  # an unreaped session process still counts: the executor reaps them
 
 
 @pytest.fixture
@@ -164,18 +163,17 @@ def test_executor_bench_bad_input_is_one_line():
 def test_a_killed_controller_leaves_neither_executor_nor_its_secret():
     script = ("import os, sys, time\nfrom backline_executor_orc.handle import Executor\nex = Executor.local()\n"
               "print(ex.pid, os.path.dirname(ex.secret_file), flush=True)\ntime.sleep(300)\n")
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    controller = ChildProcess([sys.executable, "-c", script], name="the controller", ready=r"^(\d+) (\S+)$",
+                              process_group=False)  # its kill below must reach it alone, not the executor
     try:
-        pid, folder = proc.stdout.readline().split()
+        pid_text, folder = controller.wait_ready(120).groups()
+        pid = int(pid_text)
         assert Path(folder, "secret").exists()
-        proc.kill()  # no atexit, no finalizers: the executor must notice and clean up after itself
-        proc.wait(10)
+        controller.kill(10)  # no atexit, no finalizers: the executor must notice and clean up after itself
         deadline = time.monotonic() + 15
-        while (Path(f"/proc/{pid}").exists() or Path(folder).exists()) and time.monotonic() < deadline:
+        while (not gone(pid) or Path(folder).exists()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not Path(f"/proc/{pid}").exists(), "the executor outlived its controller"
+        assert gone(pid), "the executor outlived its controller"
         assert not Path(folder).exists(), f"{folder} (the executor's secret and log) was left behind"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        controller.kill(10)
