@@ -18,6 +18,7 @@ from backline_compiler.dialects.transport import BacklineAttr
 from backline_core import Controller, Coprocessor, Placement
 from backline_core._native import lib
 from backline_core._deployment import CoprocessorProcess
+from backline_core._process import children
 
 ROUNDS_KERNEL = """
 builtin.module attributes {{backline.placement = {placement}}} {{
@@ -167,14 +168,7 @@ def steane_rounds(coprocessor: Coprocessor, key: str, workspace: Path, n: int) -
 
 
 def _children(pid: int) -> set[int]:
-    out: set[int] = set()
-    try:
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/children") as fh:
-                out |= {int(c) for c in fh.read().split()}
-    except FileNotFoundError:
-        pass
-    return out
+    return set(children(pid, zombies=True))  # an unreaped session process still counts: the executor reaps them
 
 
 def test_a_coprocessor_in_an_executor_answers_like_one_in_process(tmp_path: Path) -> None:

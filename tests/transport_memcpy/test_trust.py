@@ -36,7 +36,7 @@ from backline_core._errors import (
 )
 from backline_core._abi import lib
 from backline_core._placement import Controller, Coprocessor, Placement
-from backline_core._process import zombie  # exited, unreaped, no thread still on its way out
+from backline_core._process import ChildProcess, zombie  # zombie: exited, unreaped, no thread still on its way out
 from backline_core._resolution import resolve
 from backline_core._session import Session
 
@@ -484,10 +484,10 @@ _HOLDING_CONTROLLER = """
 @pytest.mark.defect('a SIGKILLed but unreaped controller kept its key claimed (pid check), refusing every new controller')
 def test_killed_controller_frees_the_key_and_the_coprocessor_keeps_serving(key, coprocessor, controller, shm_path):
     cop = coprocessor("process")
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_HOLDING_CONTROLLER), key],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    holder = ChildProcess([sys.executable, "-c", textwrap.dedent(_HOLDING_CONTROLLER), key],
+                          name="the holding controller", ready=r"^holding$", process_group=False)
     try:
-        assert holder.stdout.readline().strip() == "holding", holder.stderr.read()
+        holder.wait_ready(SUBPROCESS_TIMEOUT_S)
         with pytest.raises(KeyTakenError, match="already held by a controller"):
             controller("connect_timeout_ms=2000")
         os.kill(holder.pid, signal.SIGKILL)  # no wait(): a zombie
@@ -499,8 +499,7 @@ def test_killed_controller_frees_the_key_and_the_coprocessor_keeps_serving(key, 
             assert ctl.round(bytes([i])) == bytes([i])
         assert zombie(holder.pid)
     finally:
-        holder.kill()
-        holder.wait(10)
+        holder.kill(10)
     assert os.listdir(SEGMENT_DIR).count(key) == 1
     ctl.destroy()
     assert os.path.exists(shm_path(key)), "a controller must not remove a live coprocessor's segment"
