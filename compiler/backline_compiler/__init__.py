@@ -2,22 +2,42 @@
 
 The frontend (:class:`Backline`, :func:`qjit`, :func:`decode`, :func:`runtime_declare`,
 :func:`runtime_call`) loads on first use: it needs PennyLane and jax (the ``frontend`` extra);
-the passes and code generation do not.
+the passes and code generation do not. The placement names are the core's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from backline_core import Controller, Coprocessor, CoprocessorFunction, Endpoint, Placement
-
+_CORE = ("Controller", "Coprocessor", "CoprocessorFunction", "Endpoint", "Placement")
 _FRONTEND = ("Backline", "CaptureError", "DecodeError", "QJIT", "RuntimeFunction", "SignatureError", "decode",
              "qjit", "runtime_call", "runtime_declare")
 
-__all__ = ["Controller", "Coprocessor", "CoprocessorFunction", "Endpoint", "Placement", *_FRONTEND]
+__all__ = [
+    "QJIT",
+    "Backline",
+    "CaptureError",
+    "Controller",
+    "Coprocessor",
+    "CoprocessorFunction",
+    "DecodeError",
+    "Endpoint",
+    "Placement",
+    "RuntimeFunction",
+    "SignatureError",
+    "decode",
+    "qjit",
+    "runtime_call",
+    "runtime_declare",
+]
 
 
 def __getattr__(name: str) -> Any:
+    # Lazy, so that xDSL tools loading the universe (backline_compiler.universe) do not import the core.
+    if name in _CORE:
+        import backline_core
+
+        return getattr(backline_core, name)
     if name in _FRONTEND:
         from . import frontend
 

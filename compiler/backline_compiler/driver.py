@@ -17,6 +17,7 @@ import numpy as np
 from backline_core import RoundDriver, hookimpl
 
 from . import codegen, pipeline
+from .passes.convert_transport_to_llvm import ConvertTransportToLLVM
 
 KERNEL = """
 builtin.module {{
@@ -57,7 +58,7 @@ builtin.module {{
 def compile_rounds(key: str, decoder_id: int = 0, *, keep_intermediate: str | None = None) -> codegen.JitProgram:
     """Parse the kernel for ``key``, lower it, and JIT it."""
     module = pipeline.parse(KERNEL.format(key=key, decoder_id=decoder_id))
-    pipeline.run(module, "convert-transport-to-llvm", keep_intermediate=keep_intermediate)
+    pipeline.run(module, [ConvertTransportToLLVM()], keep_intermediate=keep_intermediate)
     return codegen.JitProgram(module, keep_intermediate=keep_intermediate)
 
 

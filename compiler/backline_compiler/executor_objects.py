@@ -13,8 +13,7 @@ from __future__ import annotations
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.utils.exceptions import PassFailedException
 
-from backline_core._errors import PlacementError
-from backline_core._resolution import ResolvedNode
+from backline_core import PlacementError, ResolvedNode
 
 from . import pipeline
 from .passes.convert_transport_to_llvm import ConvertTransportToLLVM
@@ -38,14 +37,11 @@ def coprocessor_object(node: ResolvedNode, *, in_bytes: int, out_bytes: int,
     for what, value in (("in_bytes", in_bytes), ("out_bytes", out_bytes)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise PlacementError(f"coprocessor_object: {what} must be a positive int, got {value!r}")
-    ctx = pipeline.context()
     try:
-        module = ModuleOp([executor_target_module(node)])
-        ConvertTransportToLLVM().apply(ctx, module)
-        CrossCompileTargets(workspace=workspace).apply(ctx, module)
+        module = pipeline.run(ModuleOp([executor_target_module(node)]),
+                              [ConvertTransportToLLVM(), CrossCompileTargets(workspace=workspace)])
     except PassFailedException as exc:  # a node the compiler cannot build code for: say so as deploy does
         raise PlacementError(f"coprocessor {node.name!r}: its executor code: {exc}") from None
-    module.verify()
     (target,) = [op for op in module.ops if isinstance(op, ModuleOp)]
     path = target.attributes[OBJECT_FILE_ATTR]
     assert isinstance(path, StringAttr)

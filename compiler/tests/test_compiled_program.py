@@ -59,7 +59,7 @@ def compile_program(runs_in: str, key: str, workspace: str | None = None) -> cod
     placement = Placement(controller=Controller(), transport="memcpy",
                           coprocessors=[Coprocessor(name=key, coprocessor_fn="echo", runs_in=runs_in)])
     module = pipeline.parse(ROUNDS_KERNEL.format(placement=BacklineAttr.from_placement(placement), key=key))
-    pipeline.run(module, PIPELINE, keep_intermediate=workspace)
+    pipeline.run(module, pipeline.from_spec(PIPELINE), keep_intermediate=workspace)
     return codegen.JitProgram(module, keep_intermediate=workspace)
 
 
@@ -108,7 +108,7 @@ def test_compiled_program_reports_the_first_failure() -> None:
     placement = Placement(controller=Controller(init_args={"connect_timeout_ms": 50}), transport="memcpy",
                           coprocessors=[Coprocessor(name=key, coprocessor_fn="echo", runs_in="process")])
     module = pipeline.parse(ROUNDS_KERNEL.format(placement=BacklineAttr.from_placement(placement), key=key))
-    pipeline.run(module, PIPELINE)
+    pipeline.run(module, pipeline.from_spec(PIPELINE))
     program = codegen.JitProgram(module)
     status = program.function("backline_setup", "int32")()
     assert status == lib.BL_ETIMEOUT
@@ -148,7 +148,7 @@ def steane_rounds(coprocessor: Coprocessor, key: str, workspace: Path, n: int) -
     spec = "inject-transport-session{in-bytes=1 out-bytes=1},convert-transport-to-llvm"
     if coprocessor.dispatched:
         spec += "," + EXECUTOR_PASSES.format(workspace=workspace)
-    pipeline.run(module, spec)
+    pipeline.run(module, pipeline.from_spec(spec))
     program = codegen.JitProgram(module)
     setup = program.function("backline_setup", "int32")
     teardown = program.function("backline_teardown", "int32")

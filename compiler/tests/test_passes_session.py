@@ -108,7 +108,7 @@ PROCESS = Coprocessor(name="zdec", coprocessor_fn="echo", runs_in="process")
 def test_both_passes_build_sessions_and_rounds() -> None:
     p = placement(THREAD, PROCESS)
     m = module(p, [("x", None), ("z", None), ("x", None), ("z", "xdec")], tanner=WIDE)
-    pipeline.run(m, BOTH)
+    pipeline.run(m, pipeline.from_spec(BOTH))
     m.verify()
 
     setup, teardown, kernel = function(m, SETUP), function(m, TEARDOWN), function(m, "kernel")
@@ -165,7 +165,7 @@ def test_both_passes_build_sessions_and_rounds() -> None:
 
 def test_options_from_the_spec() -> None:
     m = module(placement(THREAD, PROCESS), [("z", None), ("x", None), ("x", None)])
-    pipeline.run(m, "inject-transport-session{in-bytes=32 out-bytes=16},lower-decode-to-transport{policy=by-check-type}")
+    pipeline.run(m, pipeline.from_spec("inject-transport-session{in-bytes=32 out-bytes=16},lower-decode-to-transport{policy=by-check-type}"))
     sizes = ops_of(function(m, SETUP), t.SetMessageSizesOp)
     assert {(s.in_bytes.value.data, s.out_bytes.value.data) for s in sizes} == {(32, 16)}
     assert [k for _, k in role_keys(function(m, "kernel"), t.GetSessionOp)] == ["zdec", "xdec", "xdec"]
@@ -200,7 +200,7 @@ def test_native_function_with_context_and_hooks(tmp_path: Path) -> None:
     fn = CoprocessorFunction(name="lut", library=lib, symbol="lut_decode", decoder_ids=(3,),
                              context=b"\x00\xff", init_symbol="lut_init", fini_symbol="lut_fini")
     m = module(placement(Coprocessor(name="lut", coprocessor_fn=fn)))
-    pipeline.run(m, "inject-transport-session")
+    pipeline.run(m, pipeline.from_spec("inject-transport-session"))
     (op,) = ops_of(m, t.SetCoprocessorFnOp)
     assert (op.symbol.data, op.library.data, op.decoder_id.value.data) == ("lut_decode", lib, 3)
     assert (op.init_symbol.data, op.fini_symbol.data, op.context.data) == ("lut_init", "lut_fini", "00ff")
@@ -208,20 +208,20 @@ def test_native_function_with_context_and_hooks(tmp_path: Path) -> None:
 
 def test_inject_is_idempotent() -> None:
     m = module(placement(THREAD, PROCESS), [("x", None)])
-    pipeline.run(m, "inject-transport-session")
+    pipeline.run(m, pipeline.from_spec("inject-transport-session"))
     once = text(m)
-    pipeline.run(m, "inject-transport-session")
+    pipeline.run(m, pipeline.from_spec("inject-transport-session"))
     assert text(m) == once
     again = pipeline.parse(once)  # also after a round trip through text
-    pipeline.run(again, "inject-transport-session")
+    pipeline.run(again, pipeline.from_spec("inject-transport-session"))
     assert text(again) == once
 
 
 def test_inject_adds_only_a_new_coprocessor() -> None:
     m = module(placement(THREAD))
-    pipeline.run(m, "inject-transport-session")
+    pipeline.run(m, pipeline.from_spec("inject-transport-session"))
     m.attributes[PLACEMENT_ATTR] = t.BacklineAttr.from_placement(placement(THREAD, PROCESS))
-    pipeline.run(m, "inject-transport-session")
+    pipeline.run(m, pipeline.from_spec("inject-transport-session"))
     assert sorted(role_keys(function(m, SETUP), t.CreateOp)) == [
         ("controller", "xdec"), ("controller", "zdec"), ("coprocessor", "xdec")]
     assert len(role_keys(function(m, TEARDOWN), t.GetSessionOp)) == 3
@@ -233,16 +233,16 @@ def test_inject_adds_only_a_new_coprocessor() -> None:
 def test_no_placement_is_a_no_op() -> None:
     m = module(None, [("x", None)])
     before = text(m)
-    pipeline.run(m, BOTH)
+    pipeline.run(m, pipeline.from_spec(BOTH))
     assert text(m) == before
 
 
 def test_no_coprocessors_keeps_decodes_local() -> None:
     m = module(placement(), [("x", None), ("z", None)])
     before = text(m)
-    pipeline.run(m, "lower-decode-to-transport{policy=by-check-type}")
+    pipeline.run(m, pipeline.from_spec("lower-decode-to-transport{policy=by-check-type}"))
     assert text(m) == before
-    pipeline.run(m, BOTH)
+    pipeline.run(m, pipeline.from_spec(BOTH))
     assert len(ops_of(m, bqec.DecodeOp)) == 2 and not ops_of(m, t.CreateOp)
 
 
@@ -254,12 +254,12 @@ def test_python_callable_coprocessor_is_an_error() -> None:
     m = module(placement(Coprocessor(name="py", coprocessor_fn=fn)))
     before = text(m)
     with pytest.raises(PassFailedException, match="compiled code cannot bind a Python function") as exc:
-        pipeline.run(m, "inject-transport-session")
+        pipeline.run(m, pipeline.from_spec("inject-transport-session"))
     assert "'py'" in str(exc.value) and "native decoder" in str(exc.value)
     assert text(m) == before  # checked before anything changed
     # served out of the program, the same node is fine: only the controller side is emitted
     m = module(placement(Coprocessor(name="py", coprocessor_fn=fn, runs_in="process")))
-    pipeline.run(m, "inject-transport-session")
+    pipeline.run(m, pipeline.from_spec("inject-transport-session"))
     assert role_keys(m, t.CreateOp) == [("controller", "py")]
 
 
@@ -267,17 +267,17 @@ def test_unknown_coprocessor_is_an_error_and_changes_nothing() -> None:
     m = module(placement(THREAD, PROCESS), [("x", None), ("z", "nope")])
     before = text(m)
     with pytest.raises(PassFailedException, match=r"names coprocessor 'nope'.*coprocessors: 'xdec', 'zdec'"):
-        pipeline.run(m, "lower-decode-to-transport")
+        pipeline.run(m, pipeline.from_spec("lower-decode-to-transport"))
     assert text(m) == before
 
 
 def test_by_check_type_needs_two_coprocessors() -> None:
     m = module(placement(THREAD), [("z", None)])
     with pytest.raises(PassFailedException, match="only 1 \\('xdec'\\)"):
-        pipeline.run(m, "lower-decode-to-transport{policy=by-check-type}")
+        pipeline.run(m, pipeline.from_spec("lower-decode-to-transport{policy=by-check-type}"))
     # ... unless every decode names its coprocessor
     m = module(placement(THREAD), [("z", "xdec")])
-    pipeline.run(m, "lower-decode-to-transport{policy=by-check-type}")
+    pipeline.run(m, pipeline.from_spec("lower-decode-to-transport{policy=by-check-type}"))
     assert role_keys(m, t.GetSessionOp) == [("controller", "xdec")]
 
 
@@ -290,7 +290,7 @@ def test_by_check_type_needs_two_coprocessors() -> None:
 )
 def test_bad_options(spec: str, message: str) -> None:
     with pytest.raises(DiagnosticException, match=message):
-        pipeline.run(module(placement(THREAD), [("x", None)]), spec)
+        pipeline.run(module(placement(THREAD), [("x", None)]), pipeline.from_spec(spec))
 
 
 @pytest.mark.defect("one module's placement was re-validated against the plugins four times per compile")
@@ -307,7 +307,7 @@ def test_one_resolution_per_compile(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(plugins, "transport_backend", counting)
     key = f"once-{uuid.uuid4().hex[:8]}"
     m = module(placement(Coprocessor(name=key, coprocessor_fn="echo"), PROCESS), [("x", None), ("z", None)])
-    pipeline.run(m, BOTH + ",convert-bqec-to-llvm,convert-transport-to-llvm")
+    pipeline.run(m, pipeline.from_spec(BOTH + ",convert-bqec-to-llvm,convert-transport-to-llvm"))
     assert sorted(lookups) == [("memcpy", "cpu", "controller"), ("memcpy", "cpu", "coprocessor"),
                                ("memcpy", "cpu", "coprocessor")]
 
@@ -316,7 +316,7 @@ def test_resolution_errors_stop_the_passes() -> None:
     m = module(placement(Coprocessor(name="dec", coprocessor_fn="no-such-decoder")), [("x", None)])
     for spec in ("inject-transport-session", "lower-decode-to-transport"):
         with pytest.raises(PassFailedException, match=f"^{spec}: .*no-such-decoder"):
-            pipeline.run(m, spec)
+            pipeline.run(m, pipeline.from_spec(spec))
 
 
 def test_pass_classes_are_the_registered_ones() -> None:
@@ -333,7 +333,7 @@ def test_compiled_setup_round_teardown() -> None:
 
     key = "its-e2e"
     m = module(placement(Coprocessor(name=key, coprocessor_fn="echo")), [("x", None), ("z", None)])
-    pipeline.run(m, BOTH + ",convert-transport-to-llvm")
+    pipeline.run(m, pipeline.from_spec(BOTH + ",convert-transport-to-llvm"))
     program = codegen.JitProgram(m)
     setup = program.function(SETUP, "int32")
     teardown = program.function(TEARDOWN, "int32")
@@ -463,7 +463,7 @@ def test_existing_setup_returning_its_own_value() -> None:
         llvm.return %mine : i32
       }}
     }}""")
-    pipeline.run(m, "inject-transport-session")
+    pipeline.run(m, pipeline.from_spec("inject-transport-session"))
     setup = function(m, SETUP)
     assert isinstance(setup.body.blocks.first.first_op, t.CreateOp)  # prepended
     ret = setup.body.blocks.first.last_op
@@ -472,6 +472,6 @@ def test_existing_setup_returning_its_own_value() -> None:
     assert select.lhs.owner.value == IntegerAttr(7, i32)
     # a coprocessor added later is brought up without wrapping the return again
     m.attributes[PLACEMENT_ATTR] = t.BacklineAttr.from_placement(placement(THREAD, PROCESS))
-    pipeline.run(m, "inject-transport-session")
+    pipeline.run(m, pipeline.from_spec("inject-transport-session"))
     assert len(ops_of(setup, llvm.SelectOp)) == 1 and len(ops_of(setup, t.TakeStatusOp)) == 1
     assert role_keys(setup, t.CreateOp)[0] == ("controller", "zdec")

@@ -84,7 +84,7 @@ def nested(module: ModuleOp) -> list[ModuleOp]:
 
 def test_cross_compile_host_and_aarch64(tmp_path: Path) -> None:
     m = parse(target_module("dec_host") + target_module("dec_arm", ARM))
-    pipeline.run(m, f'cross-compile-targets{{workspace="{tmp_path}"}}')
+    pipeline.run(m, pipeline.from_spec(f'cross-compile-targets{{workspace="{tmp_path}"}}'))
 
     assert m.attributes[WORKSPACE_ATTR] == StringAttr(str(tmp_path))
     host_obj, arm_obj = tmp_path / f"dec_host.{HOST}.o", tmp_path / f"dec_arm.{ARM}.o"
@@ -105,7 +105,7 @@ def test_cross_compile_host_and_aarch64(tmp_path: Path) -> None:
 
 def test_host_object_runs_in_mcjit(tmp_path: Path) -> None:
     m = parse(target_module("dec", HOST))
-    pipeline.run(m, f'cross-compile-targets{{workspace="{tmp_path}"}}')
+    pipeline.run(m, pipeline.from_spec(f'cross-compile-targets{{workspace="{tmp_path}"}}'))
     path = nested(m)[0].attributes[OBJECT_FILE_ATTR].data  # type: ignore[union-attr]
 
     engine = _empty_engine()
@@ -117,7 +117,7 @@ def test_host_object_runs_in_mcjit(tmp_path: Path) -> None:
 
 def test_workspace_default_is_recorded_and_reused() -> None:
     m = parse(target_module("a"))
-    pipeline.run(m, "cross-compile-targets")
+    pipeline.run(m, pipeline.from_spec("cross-compile-targets"))
     workspace = m.attributes[WORKSPACE_ATTR].data  # type: ignore[union-attr]
     try:
         assert os.path.basename(workspace).startswith("backline-workspace-")
@@ -125,7 +125,7 @@ def test_workspace_default_is_recorded_and_reused() -> None:
         # a second run compiles only the new target, into the recorded workspace
         text = pipeline.print_module(m).rstrip().removesuffix("}") + target_module("b", ARM) + "}\n"
         m2 = pipeline.parse(text)  # the printed module has its own top-level braces
-        pipeline.run(m2, "cross-compile-targets")
+        pipeline.run(m2, pipeline.from_spec("cross-compile-targets"))
         assert m2.attributes[WORKSPACE_ATTR] == StringAttr(workspace)
         assert sorted(os.listdir(workspace)) == sorted([f"a.{HOST}.o", f"b.{ARM}.o"])
     finally:
@@ -141,7 +141,7 @@ def test_workspace_default_is_recorded_and_reused() -> None:
 def test_cross_compile_errors(tmp_path: Path, modules: str, message: str) -> None:
     m = parse(modules)
     with pytest.raises(PassFailedException, match=re.escape(message)):
-        pipeline.run(m, f'cross-compile-targets{{workspace="{tmp_path}"}}')
+        pipeline.run(m, pipeline.from_spec(f'cross-compile-targets{{workspace="{tmp_path}"}}'))
     assert not list(tmp_path.iterdir()), "nothing is written when the module is rejected"
 
 
@@ -174,7 +174,7 @@ def program(remote_triple: str = ARM, address: str = ADDRESS) -> str:
 
 def test_dispatch_remote_call_becomes_executor_ops(tmp_path: Path) -> None:
     m = parse(program())
-    pipeline.run(m, f'cross-compile-targets{{workspace="{tmp_path}"}},dispatch-executor-targets')
+    pipeline.run(m, pipeline.from_spec(f'cross-compile-targets{{workspace="{tmp_path}"}},dispatch-executor-targets'))
     obj = str(tmp_path / f"decoder.{ARM}.o")
     host = next(op for op in m.ops if isinstance(op, llvm_dialect.FuncOp) and op.sym_name.data == "host")
     names = [op.name for op in host.body.block.ops]
@@ -192,8 +192,8 @@ def test_dispatch_remote_call_becomes_executor_ops(tmp_path: Path) -> None:
 
 def lower(tmp_path: Path, remote_triple: str = ARM, address: str = ADDRESS, text: str | None = None) -> ModuleOp:
     m = parse(text if text is not None else program(remote_triple, address))
-    pipeline.run(m, f'cross-compile-targets{{workspace="{tmp_path}"}},dispatch-executor-targets,'
-                    "convert-executor-to-llvm")
+    pipeline.run(m, pipeline.from_spec(f'cross-compile-targets{{workspace="{tmp_path}"}},dispatch-executor-targets,'
+                    "convert-executor-to-llvm"))
     return m
 
 

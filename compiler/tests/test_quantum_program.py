@@ -35,7 +35,7 @@ SHOTS = 500
 
 def compile_program(text: str) -> codegen.JitProgram:
     module = pipeline.parse(text)
-    pipeline.run(module, PIPELINE)
+    pipeline.run(module, pipeline.from_spec(PIPELINE))
     assert all(op.dialect_name() in ("builtin", "llvm") for op in module.walk())
     return codegen.JitProgram(module)
 

@@ -34,7 +34,7 @@ def encode(p: float, correct: bool) -> str:
 
 def compile_local(text: str, p: float, correct: bool = True) -> codegen.JitProgram:
     module = pipeline.parse(text)
-    pipeline.run(module, f"{encode(p, correct)},{LOWER}")
+    pipeline.run(module, pipeline.from_spec(f"{encode(p, correct)},{LOWER}"))
     assert all(op.dialect_name() in ("builtin", "llvm") for op in module.walk())
     return codegen.JitProgram(module)
 
@@ -84,8 +84,8 @@ def test_decodes_over_the_transport_match_local_decoding(local_outcomes: np.ndar
                           coprocessors=[Coprocessor(name=key, coprocessor_fn="steane", runs_in="thread")])
     attr = BacklineAttr.from_placement(placement)
     module = pipeline.parse(ghz_text(attributes=f"attributes {{backline.placement = {attr}}}"))
-    pipeline.run(module, f"{encode(P, True)},inject-transport-session{{in-bytes=1 out-bytes=1}},"
-                         f"lower-decode-to-transport,{LOWER}")
+    pipeline.run(module, pipeline.from_spec(f"{encode(P, True)},inject-transport-session{{in-bytes=1 out-bytes=1}},"
+                                            f"lower-decode-to-transport,{LOWER}"))
     text = pipeline.print_module(module)
     assert "bqec.decode" not in text and "llvm.call @bl_fn_steane" not in text  # all over the transport
     program = codegen.JitProgram(module)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 from xdsl.dialects import llvm
+from xdsl.passes import ModulePass
 
 from backline_core import _errors as errors
 from backline_core._device import QuantumDevice
@@ -19,14 +20,28 @@ from backline_core._abi import last_error
 from .. import codegen, pipeline
 from ..dialects import bqec
 from ..dialects.transport import BacklineAttr
+from ..passes.convert_bqec_to_llvm import ConvertBqecToLLVM
+from ..passes.convert_executor_to_llvm import ConvertExecutorToLLVM
+from ..passes.convert_quantum_to_llvm import ConvertQuantumToLLVM
+from ..passes.convert_transport_to_llvm import ConvertTransportToLLVM
+from ..passes.cross_compile_targets import CrossCompileTargets
+from ..passes.dispatch_executor_targets import DispatchExecutorTargets
+from ..passes.inject_noise import InjectNoise
+from ..passes.inject_transport_session import InjectTransportSession
+from ..passes.lower_decode_to_transport import LowerDecodeToTransport
 from . import capture, results
+from .device import ENCODE_PREFIX
 from .decode import lower_decode
 from .runtime_call import lower_runtime_call
 from .values import to_python
 
-LOWER = "convert-bqec-to-llvm,convert-quantum-to-llvm,convert-transport-to-llvm"
-#: after LOWER when a coprocessor runs in an executor: its code is compiled and launched there
-EXECUTOR_STAGE = "cross-compile-targets,dispatch-executor-targets,convert-executor-to-llvm"
+#: the last stage: everything left becomes the llvm dialect
+LOWER: tuple[ModulePass, ...] = (ConvertBqecToLLVM(), ConvertQuantumToLLVM(), ConvertTransportToLLVM())
+
+
+def executor_stage(workspace: str) -> tuple[ModulePass, ...]:
+    """After LOWER when a coprocessor runs in an executor: its code is compiled (into ``workspace``) and launched there."""
+    return CrossCompileTargets(workspace=workspace), DispatchExecutorTargets(), ConvertExecutorToLLVM()
 
 
 @dataclass
@@ -96,13 +111,12 @@ class CompiledQNode:
             with open(os.path.join(keep_intermediate, "frontend.mlir"), "w") as fh:
                 fh.write(self.mlir)
         module.verify()
-        encode = []
-        if device.qec_code is not None:  # the pass encode-<qec_code> (see device.qec_codes)
-            correct = "true" if device.apply_correction else "false"
-            encode.append(f"encode-{device.qec_code}{{apply-correction={correct}}}")
+        encode: list[ModulePass] = []
+        if device.qec_code is not None:  # the installed pass encode-<qec_code> (see device.qec_codes)
+            encode.append(pipeline.make(ENCODE_PREFIX + device.qec_code, apply_correction=bool(device.apply_correction)))
         if device.noise:
-            encode.append(f"inject-noise{{p={float(device.noise)!r}}}")
-        stages = [",".join(encode)] if encode else []
+            encode.append(InjectNoise(p=float(device.noise)))
+        stages: list[Sequence[ModulePass] | None] = [encode] if encode else []
         if placement.coprocessors:
             stages.append(None)  # the transport stage: message sizes are known once QEC has run
         stages.append(LOWER)
@@ -114,18 +128,20 @@ class CompiledQNode:
             else:
                 self._objects = tempfile.TemporaryDirectory(prefix="backline-objects-")
                 workspace = self._objects.name
-            stages.append(EXECUTOR_STAGE.replace("cross-compile-targets",
-                                                 f'cross-compile-targets{{workspace="{workspace}"}}'))
-        specs = []
-        for spec in stages:
-            if spec is None:
+            stages.append(executor_stage(workspace))
+        ran: list[ModulePass] = []
+        for n, stage in enumerate(stages, 1):
+            if stage is None:
                 in_b, out_b = _message_sizes(module)
-                spec = (f"inject-transport-session{{in-bytes={in_b} out-bytes={out_b}}},"
-                        f"lower-decode-to-transport{{policy={device.policy}}}")
-            specs.append(spec)
-            pipeline.run(module, spec, keep_intermediate=keep_intermediate and os.path.join(keep_intermediate,
-                                                                                              f"stage{len(specs)}"))
-        self.pipeline = ",".join(specs)
+                stage = (InjectTransportSession(in_bytes=in_b, out_bytes=out_b),
+                         LowerDecodeToTransport(policy=device.policy))
+            ran += stage
+            pipeline.run(module, stage, keep_intermediate=keep_intermediate and os.path.join(keep_intermediate,
+                                                                                               f"stage{n}"))
+        #: the passes that ran, in order
+        self.passes = tuple(ran)
+        #: the same as a backline-opt spec
+        self.pipeline = ",".join(str(p.pipeline_pass_spec()) for p in ran)
         t2 = time.perf_counter()
         self.timings["passes_s"] = t2 - t1
         self.program = codegen.JitProgram(module, libraries=self.translation.libraries,

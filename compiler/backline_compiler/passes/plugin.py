@@ -1,42 +1,12 @@
-"""Entry point of the compiler's own passes: names, summaries and lazy loaders."""
+"""Entry point of the compiler's own passes in ``backline.passes``: the records of :data:`PASSES`."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-
 from backline_core import Pass, hookimpl
 
-#: pass name -> (module under backline_compiler.passes, class, summary)
-PASSES: dict[str, tuple[str, str, str]] = {
-    "inject-transport-session": ("inject_transport_session", "InjectTransportSession",
-                                 "bring-up into setup(), teardown into teardown(), per coprocessor session key"),
-    "lower-decode-to-transport": ("lower_decode_to_transport", "LowerDecodeToTransport",
-                                  "each bqec.decode becomes a transport round on a coprocessor"),
-    "cross-compile-targets": ("cross_compile_targets", "CrossCompileTargets",
-                              "each target module becomes an object file for its triple"),
-    "dispatch-executor-targets": ("dispatch_executor_targets", "DispatchExecutorTargets",
-                                  "calls to remote kernels become executor open/send_binary/launch"),
-    "convert-transport-to-llvm": ("convert_transport_to_llvm", "ConvertTransportToLLVM",
-                                  "transport ops become calls into the runtime's C ABI"),
-    "convert-quantum-to-llvm": ("convert_quantum_to_llvm", "ConvertQuantumToLLVM",
-                                "bquantum ops become calls into the device runtime ABI (device.h)"),
-    "convert-executor-to-llvm": ("convert_executor_to_llvm", "ConvertExecutorToLLVM",
-                                 "executor ops become calls into the executor runtime's C ABI"),
-    "encode-steane": ("encode_steane", "EncodeSteane",
-                      "a logical bquantum circuit becomes Steane-encoded, with a correction round per gate"),
-    "inject-noise": ("inject_noise", "InjectNoise",
-                     "depolarizing noise after every gate, a bit flip before every measurement"),
-    "convert-bqec-to-llvm": ("convert_bqec_to_llvm", "ConvertBqecToLLVM",
-                             "local bqec.decode ops become direct calls of a coprocessor function"),
-}
-
-
-def _loader(module: str, cls: str) -> Callable[[], type]:
-    return lambda: getattr(importlib.import_module(f"backline_compiler.passes.{module}"), cls)
+from . import PASSES, loader
 
 
 @hookimpl
 def backline_passes() -> list[Pass]:
-    return [Pass(name=name, summary=summary, load=_loader(module, cls))
-            for name, (module, cls, summary) in PASSES.items()]
+    return [Pass(name=name, summary=summary, load=loader(name)) for name, (_, _, summary) in PASSES.items()]

@@ -32,7 +32,7 @@ def program(decoder_id: int = 0, placed: bool = True) -> str:
 
 @pytest.mark.parametrize("policy", ["round-robin", "by-check-type"])
 def test_explicit_decode_lowers_with_its_sizes_and_id(policy):
-    module = pipeline.run(pipeline.parse(program(decoder_id=0)), f"lower-decode-to-transport{{policy={policy}}}")
+    module = pipeline.run(pipeline.parse(program(decoder_id=0)), pipeline.from_spec(f"lower-decode-to-transport{{policy={policy}}}"))
     ops = list(module.walk())
     assert not [o for o in ops if isinstance(o, bqec.DecodeOp)]
     keys = [o.key.data for o in ops if isinstance(o, t.GetSessionOp)]
@@ -49,7 +49,7 @@ def test_by_check_type_rejects_other_ids_and_leaves_the_module_unchanged():
     module = pipeline.parse(program(decoder_id=3))
     before = pipeline.print_module(module)
     with pytest.raises(PassFailedException, match="explicit decode with decoder_id 3.*use policy=round-robin"):
-        pipeline.run(module, "lower-decode-to-transport{policy=by-check-type}")
+        pipeline.run(module, pipeline.from_spec("lower-decode-to-transport{policy=by-check-type}"))
     assert pipeline.print_module(module) == before
 
 
@@ -57,17 +57,17 @@ def test_convert_bqec_to_llvm_rejects_an_explicit_decode_before_rewriting():
     module = pipeline.parse(program(placed=False))
     before = pipeline.print_module(module)
     with pytest.raises(PassFailedException, match="can only run on a coprocessor.*lower-decode-to-transport first"):
-        pipeline.run(module, "convert-bqec-to-llvm")
+        pipeline.run(module, pipeline.from_spec("convert-bqec-to-llvm"))
     assert pipeline.print_module(module) == before
 
 
 def test_without_a_placement_the_explicit_decode_stays_for_convert_bqec_to_llvm_to_reject():
     module = pipeline.parse(program(placed=False))
     with pytest.raises(PassFailedException, match="bqec.decode #1 is an explicit decode"):
-        pipeline.run(module, "lower-decode-to-transport,convert-bqec-to-llvm")
+        pipeline.run(module, pipeline.from_spec("lower-decode-to-transport,convert-bqec-to-llvm"))
 
 
 def test_routed_explicit_decodes_leave_nothing_for_convert_bqec_to_llvm():
-    module = pipeline.run(pipeline.parse(program()), "lower-decode-to-transport,convert-bqec-to-llvm")
+    module = pipeline.run(pipeline.parse(program()), pipeline.from_spec("lower-decode-to-transport,convert-bqec-to-llvm"))
     calls = [o for o in module.walk() if isinstance(o, llvm.CallOp)]
     assert not calls
