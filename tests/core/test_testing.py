@@ -1,4 +1,4 @@
-"""backline_core.testing with the core alone: its helpers for networked transports' tests.
+"""backline_core.testing with the core alone: its helpers for transports' tests, and its pytest plugin.
 
 The core has no networked transport, so a ServeProcess here can only fail to start: that
 it says why and leaves no process behind is what these check. (The ucx and rdma plugins'
@@ -7,12 +7,15 @@ tests run it serving.)
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from backline_core.testing import ServeProcess, endpoint_config, free_port
+from backline_core.testing import ServeProcess, TransportUnderTest, endpoint_config, free_port, run_cli, usage_error
 
 
 def test_a_free_port_can_be_listened_on() -> None:
@@ -53,3 +56,55 @@ def test_leaving_kills_a_child_that_still_runs() -> None:
         assert serve.ready == "ready\n" and serve.proc.poll() is None
     assert serve.proc.returncode is not None and serve.proc.returncode < 0  # killed, and reaped
     assert serve.proc.stdout.closed and serve.proc.stderr.closed
+
+
+def test_a_config_without_an_endpoint_is_only_its_keys() -> None:
+    assert ServeProcess("memcpy", None, key="k", slots=8).command[-6:-2] == ["--key", "k", "--config", "slots=8"]
+    t = TransportUnderTest("memcpy", runs_in="thread", init_args={"cpu": 1})
+    assert (t.config(None), t.coprocessor_config(None, slots=8)) == ("timeout_ms=10000;cpu=1", "cpu=1;slots=8")
+
+
+def test_leaving_stops_a_child_with_sigterm_first() -> None:
+    serve = ServeProcess("x", 1, start_timeout=60)
+    serve.command = [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(600)"]
+    with serve:
+        pass
+    assert serve.proc.returncode == -signal.SIGTERM
+
+
+def test_a_cli_error_is_one_line_and_status_2() -> None:
+    result = run_cli("bench", "--transport", "no-such-transport", "--rounds", "10", "--no-progress", timeout=120)
+    line = usage_error(result, "no-such-transport")
+    with pytest.raises(AssertionError, match="not in"):
+        usage_error(result, "words it does not say")
+    with pytest.raises(AssertionError, match="want exit status 2"):
+        usage_error(run_cli("plugins", timeout=120))
+    assert line.startswith("backline")
+
+
+PLUGIN_TESTS = '''
+import subprocess, sys
+
+def test_fixtures(backline_free_port, backline_cli, backline_usage_error, backline_children, backline_serve):
+    assert 0 < backline_free_port < 65536
+    backline_usage_error(backline_cli("bench", "--rounds", "0", timeout=120), "--rounds")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert any(line.startswith(f"{child.pid}:") for line in backline_children())
+        assert not backline_children(b"no-such-program")
+    finally:
+        child.kill()
+        child.wait(30)
+
+def test_the_suite_needs_a_transport(backline_case):
+    pass
+'''
+
+
+def test_the_pytest_plugin_gives_its_fixtures_and_asks_for_a_transport(tmp_path: Path) -> None:
+    """The installed core's pytest11 plugin, in a pytest of its own (nothing of this repo's config)."""
+    (tmp_path / "test_plugin_fixtures.py").write_text(PLUGIN_TESTS)
+    proc = subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                           "-rfE", str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert "1 passed, 1 error" in proc.stdout, proc.stdout + proc.stderr
+    assert "needs a `backline_transport` fixture" in proc.stdout, proc.stdout
