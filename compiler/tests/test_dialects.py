@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -294,9 +296,9 @@ def test_session_type_role():
 def test_backline_attr_from_and_to_placement():
     attr = BacklineAttr.from_placement(PLACEMENT)
     assert str(attr) == (
-        '#transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", '
-        'hardware = "cpu">, coprocessors = [#transport.node<name = "dec", hardware = "cpu", runs_in = "thread", '
-        'coprocessor_fn = "steane">]>'
+        '#transport.backline<controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = ['
+        '#transport.node<name = "dec", hardware = "cpu", coprocessor_fn = "steane", runs_in = "thread">], '
+        'transport = "memcpy">'
     )
     assert attr.placement() == PLACEMENT
     assert attr.to_dict() == PLACEMENT.to_dict()
@@ -349,9 +351,9 @@ def test_backline_attr_canonicalizes_a_valid_spelling():
                                                                             init_args={"a": 2, "b": 1})])
     assert module.attributes["p"] == BacklineAttr.from_placement(expected)
     assert str(module.attributes["p"]) == (
-        '#transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = '
-        '"cpu">, coprocessors = [#transport.node<name = "coprocessor0", hardware = "cpu", init_args = {a = 2, b = 1}, '
-        'coprocessor_fn = "echo">]>'
+        '#transport.backline<controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = ['
+        '#transport.node<name = "coprocessor0", hardware = "cpu", init_args = {a = 2, b = 1}, coprocessor_fn = "echo">], '
+        'transport = "memcpy">'
     )
 
 
@@ -438,7 +440,7 @@ PATHOLOGICAL = {
     "unterminated": ('#transport.backline<transport = "memcpy", controller = #transport.node<name = "controller"',
                      "Expected ',' or '>' after #transport.node field 'name'"),
     "unknown field": ('#transport.backline<controller = #transport.node<colour = 1>>',
-                      "#transport.node has no field 'colour'; its fields: name, hardware, runs_in"),
+                      "#transport.node has no field 'colour'; its fields: name, hardware, remote"),
     "field twice": ('#transport.backline<controller = #transport.node<>, controller = #transport.node<>>',
                     "#transport.backline field 'controller' is given twice"),
     "missing controller": ("#transport.backline<>", "#transport.backline needs the field 'controller'"),
@@ -477,6 +479,53 @@ def test_records_build_from_plain_values():
         NodeAttr(name="x", init_args={"a": None})
     with pytest.raises(TypeError, match=r"NodeAttr has no fields \['colour'\]"):
         NodeAttr(colour="blue")
+
+
+def _model_fields(*classes: type) -> list[str]:
+    names: list[str] = []
+    for cls in classes:
+        names += [f.name for f in dataclasses.fields(cls) if f.init and f.compare and not f.name.startswith("_")
+                  and f.name not in names]
+    return names
+
+
+def test_record_fields_are_the_core_dataclass_fields():
+    for attr, classes in ((BacklineAttr, [Placement]), (NodeAttr, [Controller, Coprocessor]),
+                          (EndpointAttr, [Endpoint]), (FnAttr, [CoprocessorFunction])):
+        assert [f.name for f in attr.FIELDS] == _model_fields(*classes), attr
+    required = {attr.name: [f.name for f in attr.FIELDS if f.default is None]
+                for attr in (BacklineAttr, NodeAttr, EndpointAttr, FnAttr)}
+    # coprocessor_fn is required of a coprocessor only: the core's check says so, not the record
+    assert required == {"transport.backline": ["controller"], "transport.node": [],
+                        "transport.endpoint": ["host", "port"], "transport.fn": ["name"]}
+    assert [f.name for f in NodeAttr.FIELDS if f.always] == ["hardware"]
+    assert [f.name for f in BacklineAttr.FIELDS if f.always] == ["transport"]
+
+
+def test_a_field_added_to_a_core_dataclass_needs_no_dialect_change():
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Weighted(Endpoint):
+        weight: int = 1
+        labels: Mapping[str, str | int] = dataclasses.field(default_factory=dict)
+        note: str | None = None
+
+    attr = transport._record(transport._Record, "WeightedAttr", "transport.weighted_test", "a test record",
+                             [Weighted], [])
+    assert [f.name for f in attr.FIELDS] == ["host", "port", "weight", "labels", "note"]
+    value = attr(host="h", port=1, weight=3, labels={"b": 2, "a": "x"})
+    assert str(value) == '#transport.weighted_test<host = "h", port = 1, weight = 3, labels = {a = "x", b = 2}>'
+    assert value.to_dict() == {"host": "h", "port": 1, "weight": 3, "labels": {"a": "x", "b": 2}}
+    assert attr.from_dict(value.to_dict()) == value
+    assert str(attr(host="h", port=1)) == '#transport.weighted_test<host = "h", port = 1>'  # defaults left out
+
+
+def test_a_field_type_without_a_value_kind_is_an_error_at_definition():
+    @dataclasses.dataclass(frozen=True)
+    class Odd:
+        ids: frozenset[int] = frozenset()
+
+    with pytest.raises(TypeError, match=r"Odd.ids: the placement attributes have no value kind for the type"):
+        transport._record(transport._Record, "OddAttr", "transport.odd_test", "a test record", [Odd], [])
 
 
 def test_transport_create_runs_in():

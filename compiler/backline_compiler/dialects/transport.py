@@ -9,12 +9,14 @@ Types
 Attributes
     ``#transport.backline<...>`` (:class:`BacklineAttr`): the placement, a typed attribute
     whose nodes are ``#transport.node<...>`` (:class:`NodeAttr`), with ``#transport.endpoint<...>``
-    and ``#transport.fn<...>`` inside; it converts to and from the core's ``Placement`` through
-    ``Placement.to_dict()`` / ``from_dict()``, and its verifier is the core's shape check::
+    and ``#transport.fn<...>`` inside. Their fields are those of the core's dataclasses
+    (``Placement``, ``Controller``/``Coprocessor``, ``Endpoint``, ``CoprocessorFunction``); it
+    converts to and from a ``Placement`` through ``Placement.to_dict()`` / ``from_dict()``, and
+    its verifier is the core's shape check::
 
-        #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller",
-          hardware = "cpu">, coprocessors = [#transport.node<name = "dec", hardware = "cpu",
-          runs_in = "thread", init_args = {idle_spin_us = 5000}, coprocessor_fn = "steane">]>
+        #transport.backline<controller = #transport.node<name = "controller", hardware = "cpu">,
+          coprocessors = [#transport.node<name = "dec", hardware = "cpu", init_args = {idle_spin_us = 5000},
+          coprocessor_fn = "steane", runs_in = "thread">], transport = "memcpy">
 
 Ops (string/integer settings are properties, written in the attribute dictionary)::
 
@@ -45,7 +47,10 @@ spelled out; session types always are (the role is information), and so are resu
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
@@ -88,11 +93,15 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.lexer import Position
 
-from backline_core._native import lib
-from backline_core._errors import PlacementError
-from backline_core._hookspecs import HARDWARE, ROLES, RUNS_IN
-from backline_core._placement import Placement
-from backline_core._serialization import FORMAT
+from backline_core import (
+    Controller,
+    Coprocessor,
+    CoprocessorFunction,
+    Endpoint,
+    Placement,
+    PlacementError,
+)
+from backline_core.sdk import FORMAT, HARDWARE, ROLES, RUNS_IN, lib
 
 CONTROLLER, COPROCESSOR = ROLES
 
@@ -150,21 +159,41 @@ TOKEN = TokenType()
 
 # -- the placement attribute --------------------------------------------------------------
 #
-# ``#transport.backline<...>`` and the records inside it are typed attributes whose
-# parameters are builtin attributes. Each prints as ``key = value`` fields in parameter
-# order, leaving out a field equal to its default; parsing reads exactly the fields and
-# value kinds of that record (never an arbitrary attribute), so nesting is bounded.
+# ``#transport.backline<...>`` and the records inside it are typed attributes, one per
+# dataclass of the core's placement model: ``Placement``, ``Controller`` and ``Coprocessor``
+# (one ``#transport.node``), ``Endpoint`` and ``CoprocessorFunction``. Their parameters are
+# derived from the dataclasses' fields -- names, order, type hints and defaults -- so a
+# field added to the model needs no change here, unless its type has no value kind below.
+# Values are builtin attributes holding the core's dict form (``Placement.to_dict()``).
+# Each record prints as ``key = value`` fields in field order, leaving out a field equal
+# to its default unless the core's dict form writes it anyway (``hardware``, ``transport``);
+# parsing reads exactly the fields and value kinds of that record (never an arbitrary
+# attribute), so nesting is bounded.
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """How one field's values are parsed and constrained."""
+
+    parse: Callable[[AttrParser, str], Attribute]
+    constraint: Any  # the IRDL parameter annotation
+    record: type[_Record] | None = None  # the record a dict value converts to (to/from dict)
+    optional: bool = False  # None is a value (NoneAttr)
 
 
 @dataclass(frozen=True)
 class _Field:
-    """One ``key = value`` field of a record attribute."""
+    """One ``key = value`` field of a record attribute: a field of the core's dataclass."""
 
-    name: str
-    parse: Callable[[AttrParser, str], Attribute]
+    name: str  # the dataclass field's, also the printed key
+    param: str  # the attribute parameter's (``name`` is taken by the attribute's own name)
+    kind: _Kind
     default: Attribute | None  # None: the field is required
     always: bool = False  # printed even when equal to the default
-    record: type[_Record] | None = None  # the record a dict value converts to (to/from dict)
+
+    @property
+    def parse(self) -> Callable[[AttrParser, str], Attribute]:
+        return self.kind.parse
 
 
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
@@ -282,12 +311,103 @@ def _p_record_list(cls: type[_Record]) -> Callable[[AttrParser, str], Attribute]
     return parse
 
 
-def _p_function(parser: AttrParser, what: str) -> Attribute:
-    if (name := _optional_text(parser, what)) is not None:
-        return StringAttr(name)
-    if parser.parse_optional_characters(f"#{FnAttr.name}") is None:
-        parser.raise_error(f'{what} must be a decoder name "..." or a #{FnAttr.name}<...>')
-    return FnAttr.new(FnAttr.parse_parameters(parser))
+def _p_string_or_record(cls: type[_Record]) -> Callable[[AttrParser, str], Attribute]:
+    def parse(parser: AttrParser, what: str) -> Attribute:
+        if (text := _optional_text(parser, what)) is not None:
+            return StringAttr(text)
+        if parser.parse_optional_characters(f"#{cls.name}") is None:
+            parser.raise_error(f'{what} must be a string "..." or a #{cls.name}<...>')
+        return cls.new(cls.parse_parameters(parser))
+
+    return parse
+
+
+#: core dataclass -> its record attribute (filled as the records are defined, inner ones first)
+_RECORD_OF: dict[type, type[_Record]] = {}
+
+_STRING = _Kind(_p_string, StringAttr)
+
+
+def _value_kind(hint: Any, where: str) -> _Kind:
+    """The value kind of a field typed ``hint`` (its values as the core's dict form holds them)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in args if a is not type(None)]
+        kinds = [_value_kind(m, where) for m in members]
+        records = {k.record for k in kinds if k.record is not None}
+        if len(kinds) == 1:
+            kind = kinds[0]
+        elif len(records) == 1 and all(k.record is not None or k.parse is _p_string for k in kinds):
+            (record,) = records
+            kind = _Kind(_p_string_or_record(record), StringAttr | record, record)
+        else:
+            raise TypeError(f"{where}: the placement attributes have no value kind for the union {hint}; "
+                            "add one in backline_compiler/dialects/transport.py")
+        return dataclasses.replace(kind, optional=len(members) < len(args))
+    # the dict form writes bytes as hex text and a Python callable as its module:qualname
+    if hint in (str, bytes) or hint is Callable or origin is Callable:
+        return _STRING
+    if hint is bool:
+        return _Kind(_p_bool, IntegerAttr)
+    if hint is int:
+        return _Kind(_p_int, IntegerAttr)
+    if origin is tuple and args[1:] == (Ellipsis,) and args[0] is int:
+        return _Kind(_p_int_list, ArrayAttr[IntegerAttr])
+    if origin in (Mapping, dict) and args[0] is str:
+        return _Kind(_scalar_dict(floats=float in (typing.get_args(args[1]) or (args[1],))), DictionaryAttr)
+    if origin in (Sequence, list, tuple) and args and args[0] in _RECORD_OF:
+        record = _RECORD_OF[args[0]]
+        return _Kind(_p_record_list(record), ArrayAttr[record], record)
+    if hint in _RECORD_OF:
+        return _Kind(_p_record(_RECORD_OF[hint]), _RECORD_OF[hint], _RECORD_OF[hint])
+    raise TypeError(f"{where}: the placement attributes have no value kind for the type {hint}; "
+                    "add one in backline_compiler/dialects/transport.py")
+
+
+def _default_form(value: Any) -> Any:
+    """A dataclass default in the dict form (bytes as hex text, a tuple as a list)."""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _fields(short: str, sources: Sequence[type], probes: Sequence[Mapping[str, Any]]) -> tuple[_Field, ...]:
+    """The fields of a record holding the dataclasses ``sources`` (in their field order).
+
+    A field only some sources have is optional in the record; ``probes`` are the core's dict
+    forms of such objects with default fields, which say what the core writes even at its default.
+    """
+    found: dict[str, list[tuple[type, dataclasses.Field, Any]]] = {}
+    for source in sources:
+        hints = typing.get_type_hints(source)
+        for f in dataclasses.fields(source):
+            if f.init and f.compare and not f.name.startswith("_"):  # what the placement's value is made of
+                found.setdefault(f.name, []).append((source, f, hints[f.name]))
+    out = []
+    for name, where in found.items():
+        source, f, hint = where[0]
+        if any(h != hint for _, _, h in where):
+            raise TypeError(f"{short}: field {name!r} has different types in {[s.__name__ for s, _, _ in where]}")
+        kind = _value_kind(hint, f"{source.__name__}.{name}")
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:
+            value = None if len(where) < len(sources) else dataclasses.MISSING
+        if value is dataclasses.MISSING:
+            default = None
+        elif value is None:
+            default, kind = _NONE, dataclasses.replace(kind, optional=True)
+        else:
+            default = _attr(_default_form(value), kind.record, f"{source.__name__}.{name} default")
+        always = default is not None and not isinstance(default, NoneAttr) and any(
+            name in p and p[name] == _plain(default) for p in probes)
+        param = f"{short}_{name}" if name == "name" or hasattr(ParametrizedAttribute, name) else name
+        out.append(_Field(name, param, kind, default, always))
+    return tuple(out)
 
 
 def _float_text(value: float) -> str:
@@ -374,7 +494,7 @@ class _Record(ParametrizedAttribute):
             if value is None:
                 value = f.default
             elif not isinstance(value, Attribute):
-                value = _attr(value, f.record, f"#{self.name} {f.name}")
+                value = _attr(value, f.kind.record, f"#{self.name} {f.name}")
             params.append(value)
         super().__init__(*params)
 
@@ -435,77 +555,42 @@ class _Record(ParametrizedAttribute):
 
 
 _NONE = NoneAttr()
-_EMPTY = DictionaryAttr({})
+
+# The core's dict form of a placement whose records have their default fields (and what
+# each record needs): it writes ``hardware`` and ``transport`` even at their defaults.
+_PROBE = Placement(controller=Controller(), coprocessors=[Coprocessor(
+    coprocessor_fn=CoprocessorFunction(name="f", library="l", symbol="s"), endpoint=Endpoint(host="h", port=1))]
+).to_dict()
+_NODE_PROBES = (_PROBE["controller"], *_PROBE["coprocessors"])
 
 
-@irdl_attr_definition(init=False)
-class EndpointAttr(_Record):
-    """``#transport.endpoint<host = "::1", port = 9000>``: a coprocessor's network address."""
-
-    name = "transport.endpoint"
-
-    host: StringAttr
-    port: IntegerAttr
-
-    FIELDS: ClassVar[tuple[_Field, ...]] = (_Field("host", _p_string, None), _Field("port", _p_int, None))
-
-
-@irdl_attr_definition(init=False)
-class FnAttr(_Record):
-    """``#transport.fn<name = "steane", library = "...", symbol = "...", decoder_ids = [0, 1], ...>``:
-    a :class:`~backline_core.CoprocessorFunction` (its ``to_dict`` fields, in that order)."""
-
-    name = "transport.fn"
-
-    fn_name: StringAttr
-    library: StringAttr | NoneAttr
-    symbol: StringAttr | NoneAttr
-    decoder_ids: ArrayAttr[IntegerAttr]
-    context: StringAttr | NoneAttr
-    init_symbol: StringAttr | NoneAttr
-    fini_symbol: StringAttr | NoneAttr
-    python: StringAttr | NoneAttr
-    reply_bits: IntegerAttr | NoneAttr
-
-    FIELDS: ClassVar[tuple[_Field, ...]] = (
-        _Field("name", _p_string, None),
-        _Field("library", _p_string, _NONE),
-        _Field("symbol", _p_string, _NONE),
-        _Field("decoder_ids", _p_int_list, ArrayAttr([IntegerAttr(0, i64)])),
-        _Field("context", _p_string, _NONE),
-        _Field("init_symbol", _p_string, _NONE),
-        _Field("fini_symbol", _p_string, _NONE),
-        _Field("python", _p_string, _NONE),
-        _Field("reply_bits", _p_int, _NONE),
-    )
+def _record(base: type[_Record], cls_name: str, attr_name: str, doc: str, sources: Sequence[type],
+            probes: Sequence[Mapping[str, Any]]) -> Any:
+    """Define the record attribute ``#attr_name<...>`` of the core's dataclasses ``sources``."""
+    short = attr_name.rpartition(".")[2]
+    fields = _fields(short, sources, probes)
+    constraints = {f.param: f.kind.constraint | NoneAttr if f.kind.optional else f.kind.constraint for f in fields}
+    namespace = {"name": attr_name, "FIELDS": fields, "__doc__": doc, "__module__": __name__,
+                 "__qualname__": cls_name, "__annotations__": constraints}
+    cls = irdl_attr_definition(init=False)(type(cls_name, (base,), namespace))
+    for source in sources:
+        _RECORD_OF[source] = cls
+    return cls
 
 
-@irdl_attr_definition(init=False)
-class NodeAttr(_Record):
-    """``#transport.node<name = "dec", hardware = "cpu", runs_in = "thread", ...>``: a controller or a
-    coprocessor of a placement (``name`` and ``hardware`` are always written)."""
+EndpointAttr = _record(_Record, "EndpointAttr", "transport.endpoint", """\
+``#transport.endpoint<host = "::1", port = 9000>``: a coprocessor's network address
+(the fields of :class:`~backline_core.Endpoint`).""", [Endpoint], [_PROBE["coprocessors"][0]["endpoint"]])
 
-    name = "transport.node"
+FnAttr = _record(_Record, "FnAttr", "transport.fn", """\
+``#transport.fn<name = "steane", library = "...", symbol = "...", decoder_ids = [0, 1], ...>``:
+a :class:`~backline_core.CoprocessorFunction` (its fields, in its dict form: ``context`` as hex
+text, ``python`` as ``module:qualname``).""", [CoprocessorFunction], [_PROBE["coprocessors"][0]["coprocessor_fn"]])
 
-    node_name: StringAttr
-    hardware: StringAttr
-    runs_in: StringAttr | NoneAttr
-    remote: IntegerAttr
-    executor_options: DictionaryAttr
-    init_args: DictionaryAttr
-    endpoint: EndpointAttr | NoneAttr
-    coprocessor_fn: StringAttr | FnAttr | NoneAttr
-
-    FIELDS: ClassVar[tuple[_Field, ...]] = (
-        _Field("name", _p_string, StringAttr(""), always=True),
-        _Field("hardware", _p_string, StringAttr("cpu"), always=True),
-        _Field("runs_in", _p_string, _NONE),
-        _Field("remote", _p_bool, IntegerAttr.from_bool(False)),
-        _Field("executor_options", _scalar_dict(floats=False), _EMPTY),
-        _Field("init_args", _scalar_dict(floats=True), _EMPTY),
-        _Field("endpoint", _p_record(EndpointAttr), _NONE, record=EndpointAttr),
-        _Field("coprocessor_fn", _p_function, _NONE, record=FnAttr),
-    )
+NodeAttr = _record(_Record, "NodeAttr", "transport.node", """\
+``#transport.node<name = "dec", hardware = "cpu", runs_in = "thread", ...>``: a controller or a
+coprocessor of a placement (the fields of :class:`~backline_core.Controller` and
+:class:`~backline_core.Coprocessor`; ``hardware`` is always written).""", [Controller, Coprocessor], _NODE_PROBES)
 
 
 def _core_message(exc: Exception) -> str:
@@ -518,30 +603,8 @@ def _placement_of(attr: BacklineAttr) -> Placement:
     return Placement.from_dict(attr.to_dict())
 
 
-@irdl_attr_definition(init=False)
-class BacklineAttr(_Record):
-    """``#transport.backline<transport = "memcpy", qec_code = "steane", controller = #transport.node<...>,
-    coprocessors = [#transport.node<...>, ...]>``: a placement.
-
-    It converts to and from the core's :class:`~backline_core._placement.Placement` through
-    ``Placement.to_dict()`` / ``from_dict()``; verifying it checks the placement's shape (no
-    plugin is consulted). Parsing stores the canonical form (default names filled in, keys
-    sorted), so equal placements print the same text.
-    """
-
-    name = "transport.backline"
-
-    transport: StringAttr
-    qec_code: StringAttr | NoneAttr
-    controller: NodeAttr
-    coprocessors: ArrayAttr[NodeAttr]
-
-    FIELDS: ClassVar[tuple[_Field, ...]] = (
-        _Field("transport", _p_string, StringAttr("memcpy"), always=True),
-        _Field("qec_code", _p_string, _NONE),
-        _Field("controller", _p_record(NodeAttr), None, record=NodeAttr),
-        _Field("coprocessors", _p_record_list(NodeAttr), ArrayAttr([]), record=NodeAttr),
-    )
+class _Placement(_Record):
+    """What ``#transport.backline`` adds to a record: it is a :class:`Placement`."""
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
@@ -553,10 +616,10 @@ class BacklineAttr(_Record):
             parser.raise_error(_core_message(exc), start, end)
         return cls.from_placement(placement).parameters
 
-    @staticmethod
-    def from_placement(placement: Placement) -> BacklineAttr:
+    @classmethod
+    def from_placement(cls, placement: Placement) -> BacklineAttr:
         """The attribute of ``placement`` (PlacementError if a function of it cannot be named)."""
-        return BacklineAttr.from_dict(placement.to_dict())
+        return cls.from_dict(placement.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         """The core's dict form (``Placement.from_dict`` reads it)."""
@@ -571,6 +634,16 @@ class BacklineAttr(_Record):
 
     def verify(self) -> None:
         self.placement()
+
+
+BacklineAttr = _record(_Placement, "BacklineAttr", "transport.backline", """\
+``#transport.backline<controller = #transport.node<...>, coprocessors = [#transport.node<...>, ...],
+transport = "memcpy", qec_code = "steane">``: a placement (the fields of :class:`~backline_core.Placement`).
+
+It converts to and from the core's :class:`~backline_core.Placement` through
+``Placement.to_dict()`` / ``from_dict()``; verifying it checks the placement's shape (no
+plugin is consulted). Parsing stores the canonical form (default names filled in, keys
+sorted), so equal placements print the same text.""", [Placement], [_PROBE])
 
 
 # -- op helpers ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@
 // written, default names filled in), dict keys sorted; a '>' or an escaped quote inside a
 // string does not end it.
 
-// CHECK: builtin.module attributes {catalyst.backline = #transport.backline<transport = "memcpy", qec_code = "steane", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "coprocessor0", hardware = "cpu", runs_in = "process", init_args = {idle_spin_us = 5000, slots = 8}, endpoint = #transport.endpoint<host = "::1", port = 9000>, coprocessor_fn = "echo">, #transport.node<name = "coprocessor1", hardware = "cpu", executor_options = {python = "py>3 \22x\22"}, coprocessor_fn = #transport.fn<name = "f", library = "/l.so", symbol = "s", decoder_ids = [0, 2], reply_bits = 7>>]>} {
+// CHECK: builtin.module attributes {catalyst.backline = #transport.backline<controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "coprocessor0", hardware = "cpu", init_args = {idle_spin_us = 5000, slots = 8}, endpoint = #transport.endpoint<host = "::1", port = 9000>, coprocessor_fn = "echo", runs_in = "process">, #transport.node<name = "coprocessor1", hardware = "cpu", executor_options = {python = "py>3 \22x\22"}, coprocessor_fn = #transport.fn<name = "f", library = "/l.so", symbol = "s", decoder_ids = [0, 2], reply_bits = 7>>], transport = "memcpy", qec_code = "steane">} {
 module attributes {catalyst.backline = #transport.backline<
     qec_code = "steane",
     controller = #transport.node<>,

@@ -3,8 +3,8 @@
 
 // Every transport op in its custom form; the second RUN line goes through the generic form.
 
-// CHECK: builtin.module attributes {catalyst.backline = #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "dec", hardware = "cpu", runs_in = "thread", coprocessor_fn = "steane">]>} {
-module attributes {catalyst.backline = #transport.backline<transport = "memcpy", controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "dec", hardware = "cpu", runs_in = "thread", coprocessor_fn = "steane">]>} {
+// CHECK: builtin.module attributes {catalyst.backline = #transport.backline<controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "dec", hardware = "cpu", coprocessor_fn = "steane", runs_in = "thread">], transport = "memcpy">} {
+module attributes {catalyst.backline = #transport.backline<controller = #transport.node<name = "controller", hardware = "cpu">, coprocessors = [#transport.node<name = "dec", hardware = "cpu", coprocessor_fn = "steane", runs_in = "thread">], transport = "memcpy">} {
   // CHECK-LABEL: func.func @setup()
   func.func @setup() {
     // CHECK-NEXT: %[[C:.*]] = transport.create {transport = "memcpy", backend_lib = "/x_controller.so", key = "controller", config = "", hardware = "cpu"} : !transport.session<controller>
