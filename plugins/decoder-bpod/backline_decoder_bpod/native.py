@@ -1,4 +1,4 @@
-"""cffi (ABI mode) access to libbackline_bpod.so, the native decoder."""
+"""cffi (ABI mode) access to libbackline_bpod.so, the native decoder, declared from its header bpod.h."""
 
 from __future__ import annotations
 
@@ -6,26 +6,14 @@ import os
 
 from cffi import FFI
 
+from backline_core.sdk import cdef_from_header
+
 LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libbackline_bpod.so")
+HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native", "bpod.h")
 
 ffi = FFI()
-ffi.cdef(
-    """
-    typedef struct bpod_decoder bpod_decoder;
-    bpod_decoder *bpod_create(const uint8_t *blob, uint64_t len);
-    void bpod_free(bpod_decoder *d);
-    const char *bpod_last_error(void);
-    uint32_t bpod_checks(const bpod_decoder *d);
-    uint32_t bpod_bits(const bpod_decoder *d);
-    int32_t bpod_decode(bpod_decoder *d, const uint8_t *syndrome, uint8_t *correction);
-    int32_t bpod_decode_bits(bpod_decoder *d, const uint8_t *syndrome, uint8_t *correction);
-    int32_t bpod_decode_batch(bpod_decoder *d, const uint8_t *syndromes, uint64_t shots, uint8_t *corrections);
-    int32_t bpod_time_decodes(bpod_decoder *d, const uint8_t *syndromes, uint64_t shots, uint8_t *corrections,
-                              uint64_t *ns);
-    uint32_t bpod_last_iterations(const bpod_decoder *d);
-    const double *bpod_last_llr(const bpod_decoder *d);
-    """
-)
+with open(HEADER) as _fh:
+    ffi.cdef(cdef_from_header(_fh.read()))
 
 try:
     lib = ffi.dlopen(LIBRARY)

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MAGIC, VERSION = 0x444F5042, 1
+from .native import lib
+
+MAGIC, VERSION = lib.BPOD_MAGIC, lib.BPOD_VERSION  # bpod.h's
 BP_METHODS = {"min_sum": 0, "product_sum": 1}
 OSD_METHODS = {"none": 0, "osd0": 1, "osd_cs": 2, "osd_e": 3}
 _ALIASES = {"ms": "min_sum", "minimum_sum": "min_sum", "ps": "product_sum", "osd_0": "osd0", "osd-cs": "osd_cs",

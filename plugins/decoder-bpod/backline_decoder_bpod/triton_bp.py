@@ -35,12 +35,13 @@ from triton.runtime.jit import KernelInterface
 
 from backline_core import CoprocessorFunction
 
+from .native import lib
 from .params import BpOsdParams, check_css, check_matrix
 
 __all__ = ["INTERPRETED", "TritonBpOsdDecoder", "css_triton_bp_decoder", "resolve_device", "triton_decoder"]
 
-# Status of a decode, as bpod.h's BPOD_BP_CONVERGED / BPOD_OSD / BPOD_BP_FAILED.
-BP_CONVERGED, OSD, BP_FAILED = 0, 1, 2
+# Status of a decode: bpod.h's, so that both decoders report alike.
+BP_CONVERGED, OSD, BP_FAILED = lib.BPOD_BP_CONVERGED, lib.BPOD_OSD, lib.BPOD_BP_FAILED
 
 _DBL_MAX = tl.constexpr(1.7976931348623157e308)
 _SCRATCH_BYTES = 1 << 26  # OSD candidate corrections (n bytes each) held per launch, at most

@@ -17,7 +17,8 @@
 extern "C" {
 #endif
 
-#define BPOD_MAGIC 0x444f5042u /* "BPOD" little-endian */
+/* Decimal, so that cffi reads them (native.py declares this header to cffi). */
+#define BPOD_MAGIC 1146048578u /* 0x444F5042: the bytes "BPOD" as a little-endian u32 */
 #define BPOD_VERSION 1u
 
 typedef struct bpod_decoder bpod_decoder;
