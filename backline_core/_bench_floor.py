@@ -232,7 +232,7 @@ class NativeFloor:
     Use it as a context manager: it starts on enter and leaves nothing behind on exit, on
     every path. :meth:`run` times rounds; :meth:`pause` / :meth:`resume` stop and continue the
     responder (SIGSTOP / SIGCONT), so that it and a spinning coprocessor never share a CPU;
-    :meth:`reference` (optional) runs another tool's measurement of the same path.
+    :meth:`reference` runs another tool's measurement of the same path (a subclass's; None here).
     """
 
     label = "floor"
@@ -340,6 +340,11 @@ class NativeFloor:
         if res.mismatched:
             raise BacklineError(f"the floor ping-pong got {res.mismatched} of {len(out)} replies back with other bytes "
                                 "than it sent: the path or the responder corrupts them")
+
+    def reference(self) -> dict[str, Any] | None:
+        """Another tool's figures for the same path; None here (a subclass may run one, saying
+        what it ran or why not in :attr:`reference_note`)."""
+        return None
 
     def pause(self) -> None:
         """SIGSTOP the responder and wait until it is stopped (a peer's runs on a CPU of its own)."""

@@ -5,6 +5,7 @@ points as any plugin (``backline.decoders``: ``echo`` and ``steane``; ``backline
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from ._coprocessor_function import CoprocessorFunction
 from ._hookspecs import Decoder, Device, hookimpl
@@ -19,17 +20,35 @@ def echo() -> CoprocessorFunction:
 def steane() -> CoprocessorFunction:
     """Minimum-weight Steane lookup: 1 byte (3 packed syndrome bits) in, 1 byte (7-qubit mask) out.
 
-    Serves decoder_id 0 (X checks) and 1 (Z checks): the Steane code's Hx equals Hz.
+    Serves decoder_id 0 (X checks) and 1 (Z checks): the Steane code's Hx equals Hz. Its
+    table is compiled from ``backline/steane.h``.
     """
     return CoprocessorFunction(name="steane", library=get_library(), symbol="bl_fn_steane", decoder_ids=(0, 1),
                                reply_bits=7)
 
 
+def echo_bench_payloads(function: CoprocessorFunction, spec: Any) -> None:
+    """echo's bench payloads: None, the bench's own, which carry their round index (a lost,
+    repeated or reordered reply shows as a mismatch)."""
+    return None
+
+
+def steane_bench_payloads(function: CoprocessorFunction, spec: Any) -> Any:
+    """All eight syndromes, each expected to get the correction computed here from the check
+    matrix (not by the table under test)."""
+    from ._bench.payloads import BenchPayloads
+    from ._steane import STEANE_H, steane_correction
+
+    syndromes = range(1 << len(STEANE_H))
+    return BenchPayloads([bytes([s]) for s in syndromes], [bytes([steane_correction(s)]) for s in syndromes])
+
+
 @hookimpl
 def backline_decoders() -> list[Decoder]:
     return [
-        Decoder(name="echo", summary="copies the payload back", build=echo),
-        Decoder(name="steane", summary="minimum-weight Steane [[7,1,3]] lookup table", build=steane),
+        Decoder(name="echo", summary="copies the payload back", build=echo, bench_payloads=echo_bench_payloads),
+        Decoder(name="steane", summary="minimum-weight Steane [[7,1,3]] lookup table", build=steane,
+                bench_payloads=steane_bench_payloads),
     ]
 
 

@@ -138,32 +138,14 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 # -- bench ------------------------------------------------------------------------------------
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from . import _bench as bench
+    from ._bench import config, report, runner
 
-    cfg = bench.BenchConfig(
-        transport=args.transport, controller_hardware=args.controller_hardware, loop=args.loop, runs_in=args.runs_in, coprocessor_fn=args.coprocessor_fn,
-        rounds=args.rounds, payload_bytes=args.payload_bytes, cadence=args.cadence, gap_ns=args.gap_ns,
-        gap_span=args.gap_span, seed=args.seed, controller_cpu=args.controller_cpu,
-        coprocessor_cpu=args.coprocessor_cpu, driver=args.driver,
-        block=bench.BenchConfig.block if args.block is None else args.block, warmup=args.warmup,
-        progress=not args.no_progress, code=args.code, error_rate=args.error_rate, decoder_id=args.decoder_id,
-        decoder_params=_params(args.decoder_param, "--decoder-param"), host=args.host, peer=args.peer,
-        transport_args=_params(args.transport_arg, "--transport-arg"),
-    )
+    cfg = config.from_args(args)
     cfg.validate()
-    bench.check_outputs(args.json, args.plot)  # before the run: its results must have somewhere to go
-    result = bench.run(cfg, report=bench.stderr_report)
-    print(bench.main_report(result, args.json, args.plot))
+    report.check_outputs(args.json, args.plot)  # before the run: its results must have somewhere to go
+    result = runner.run(cfg, stream=sys.stderr)
+    print(report.main_report(result, args.json, args.plot))
     return 0 if result.lost == 0 and result.mismatched == 0 else 1
-
-
-def _params(items: Sequence[str], option: str) -> dict[str, str]:
-    from ._config import parse_config
-
-    try:
-        return parse_config(";".join(items))
-    except ValueError as exc:
-        raise BacklineError(f"{option}: {exc}") from None
 
 
 # -- coprocessor serve ------------------------------------------------------------------------
@@ -282,6 +264,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from ._abi import lib
+    from ._bench.config import HelpFormatter as BenchHelpFormatter, add_arguments as add_bench_options
 
     parser = Parser(prog="backline", description="Backline: real-time QEC rounds between a controller and coprocessors.",
                      epilog="Plugins add commands of their own (backline NAME --help); backline plugins lists them.")
@@ -293,53 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_plugins)
 
     b = sub.add_parser("bench", help="round-trip benchmark; prints framework/floor ratios",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    b.add_argument("--transport", default="memcpy")
-    b.add_argument("--controller-hardware", default="cpu", choices=HARDWARE,
-                   help="the controller's hardware; fpga: the engine's own bench (backline-transport-fpga)")
-    b.add_argument("--loop", default="sw", choices=("sw", "hw"),
-                   help="with --controller-hardware fpga: a software kick per round (sw) or the engine's pacer (hw)")
-    b.add_argument("--runs-in", default=None, choices=("controller-thread", "thread", "process", "executor"),
-                   help="where the coprocessor runs (default: the transport's first choice); executor: in a "
-                        "local executor (needs backline-executor-orc)")
-    b.add_argument("--coprocessor-fn", default="echo", help="decoder plugin name; every reply is checked")
-    b.add_argument("--rounds", type=_whole_number, default=1_000_000,
-                   help="at least 2; at most what fits in half the available memory (8 B a round per path)")
-    b.add_argument("--payload-bytes", type=_whole_number, default=8,
-                   help=f"1 to {lib.BL_MAX_SLOT_BYTES - lib.BL_FRAME_HEADER_BYTES} (the largest slot less its header)")
-    b.add_argument("--cadence", default="b2b", choices=("b2b", "random-delayed"))
-    b.add_argument("--gap-ns", type=_whole_number, default=2_000,
-                   help="random-delayed: base gap between rounds, 0 to 1e9 (1 s)")
-    b.add_argument("--gap-span", type=_integer_any_base, default=0x3FFF,
-                   help="random-delayed: gap += LFSR & span (ns), 0 to 0xffffffff")
-    b.add_argument("--seed", type=_whole_number, default=1, help="LFSR seed, 1 to 0xffffffff")
-    b.add_argument("--controller-cpu", type=cpu_or_none, default="0", help="CPU for the issuing thread, or none")
-    b.add_argument("--coprocessor-cpu", type=cpu_or_none, default="1",
-                   help="CPU for the coprocessor and the floor responder, or none")
-    b.add_argument("--host", default="127.0.0.1",
-                   help="address the coprocessor and the floor responder listen on (transports that need an endpoint)")
-    b.add_argument("--peer", metavar="HOST:PORT",
-                   help="run against a bench peer on another host (`backline rdma bench-peer` there): its "
-                        "coprocessor and floor responder; nothing is started here")
-    b.add_argument("--driver", default="native",
-                   help="native, python, or a driver plugin such as compiled (backline-compiler)")
-    b.add_argument("--code", metavar="NPZ", help="CSS code (Hx, Hz: 0/1 matrices in an .npz) for a decoder such as "
-                   "bposd; payloads become syndromes of random errors and --payload-bytes follows the code")
-    b.add_argument("--error-rate", type=float, default=0.05,
-                   help="with --code: independent bit-flip probability, strictly between 0 and 1")
-    b.add_argument("--decoder-id", type=_whole_number, default=0,
-                   help=f"decoder_id of every round, 0 to {lib.BL_MAX_DECODERS - 1} (with --code: 0 = Hx, 1 = Hz)")
-    b.add_argument("--decoder-param", action="append", default=[], metavar="KEY=VALUE",
-                   help="passed to the decoder plugin's build() (repeatable)")
-    b.add_argument("--transport-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="one of the transport's own init_args (`backline plugins` lists them), given to the "
-                        "controller and the coprocessor, e.g. tls=shm for ucx (repeatable)")
-    b.add_argument("--block", type=_whole_number, default=None,
-                   help="rounds per interleaved block (default: a few thousand, so that both paths see the same machine state)")
-    b.add_argument("--warmup", type=_whole_number, default=16, help="unrecorded rounds at the start of each block")
+                       formatter_class=BenchHelpFormatter)
+    add_bench_options(b)  # one per field of BenchConfig, its defaults
     b.add_argument("--json", metavar="FILE", help="write the statistics as JSON (checked writable before the run)")
     b.add_argument("--plot", metavar="FILE.png", help="draw the time series and CCDF (needs matplotlib)")
-    b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=_cmd_bench)
 
     c = sub.add_parser("coprocessor", help="coprocessor processes")

@@ -20,9 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
+
+if TYPE_CHECKING:  # the bench's callback types, for checkers: a plugin's load imports no bench
+    from ._bench.protocols import BenchFloorFactory, ControllerBench, PayloadGenerator
 
 PROJECT = "backline"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -79,21 +82,14 @@ class Transport:
     then passes its host and port to both sides' backends as the keys ``host`` and ``port``.
     ``idle`` says what an idle coprocessor does: ``"sleeps"`` (on the doorbell, after
     ``idle_spin_us``) or ``"spins"`` (nothing can wake it, e.g. a remote write: it keeps its CPU).
-    ``bench_floor``, if given, is this transport's own bare floor for ``backline bench``:
-    ``bench_floor(cfg, init_args)`` (the bench's :class:`~backline_core._bench.BenchConfig` and the
-    coprocessor's init_args) returns a context manager whose value has ``label``, ``run(first,
-    out)`` (``len(out)`` rounds, one round trip in ns each; raises if a round is lost),
-    ``pause()`` / ``resume()``, and optionally ``reference()`` (another tool's figures for the
-    same path, or None) with ``reference_note`` (what it ran, or why not); with ``cfg.peer`` the
-    floor's far end is the peer's (``cfg.peer_address()``), started there. Without one the bench
-    uses the shared-memory floor.
+    ``bench_floor``, if given, is this transport's own bare floor for ``backline bench`` (a
+    :class:`~backline_core._bench.protocols.BenchFloorFactory`: a context manager of a
+    ``BenchFloor``, e.g. the SDK's ``NativeFloor``); without one the bench uses the
+    shared-memory floor.
     ``controller_bench``, if given, is a controller part's own benchmark, for a controller whose
     rounds its hardware times (the FPGA engine counts cycles; a host clock cannot see its round
-    trip): ``backline bench --controller-hardware H`` calls ``controller_bench(cfg, function=...,
-    table=..., out_bytes=..., init_args=..., report=...)`` (the bench's config, the built
-    :class:`~backline_core.CoprocessorFunction`, its payload table or None for echo, the reply
-    size, the coprocessor's init_args and the progress callback) and prints what it returns: an
-    object with ``text()``, ``to_json()``, ``lost`` and ``mismatched``.
+    trip): ``backline bench --controller-hardware H`` hands it the run (a
+    :class:`~backline_core._bench.protocols.ControllerBench`) and prints its result's ``text()``.
     ``distribution`` is filled in by the registry.
     """
 
@@ -105,8 +101,8 @@ class Transport:
     needs_endpoint: bool = False
     init_args: Mapping[str, str] = field(default_factory=dict)
     idle: str = "sleeps"
-    bench_floor: Callable[..., Any] | None = None
-    controller_bench: Callable[..., Any] | None = None
+    bench_floor: BenchFloorFactory | None = None
+    controller_bench: ControllerBench | None = None
     distribution: str = ""
 
     def __post_init__(self) -> None:
@@ -142,7 +138,10 @@ class Decoder:
     """A named coprocessor function factory.
 
     ``build(**params)`` returns a :class:`backline_core.CoprocessorFunction`;
-    ``hardware`` lists where the function it builds can run.
+    ``hardware`` lists where the function it builds can run. ``bench_payloads``, if given,
+    makes the requests ``backline bench`` sends that function (and perhaps the replies it
+    must give: a :class:`~backline_core._bench.protocols.PayloadGenerator`); without one the
+    bench sends random bytes and checks each reply against the function called locally.
     """
 
     name: str
@@ -150,6 +149,7 @@ class Decoder:
     build: Callable[..., Any]
     hardware: tuple[str, ...] = ("cpu",)
     distribution: str = ""
+    bench_payloads: PayloadGenerator | None = None
 
     def describe(self) -> str:
         return f"runs on {', '.join(self.hardware)}"

@@ -42,8 +42,15 @@ _EXPORTS: dict[str, str] = {
     "resume": "_process", "proc_stat": "_process", "interpreter": "_deployment", "stop_process": "_process",
     "zombie": "_process", "signal_name": "_process",
     # the bench and the floor kit
-    "BenchConfig": "_bench", "RoundRunner": "_bench", "PERCENTILES": "_bench", "PEER_KEY": "_bench",
-    "BenchResult": "_bench", "Series": "_bench", "format_report": "_bench",
+    "BenchConfig": "_bench.config", "PEER_KEY": "_bench.config", "RoundRunner": "_bench.runner",
+    "BenchResult": "_bench.report", "Series": "_bench.report", "format_report": "_bench.report",
+    "PERCENTILES": "_bench.stats", "summary": "_bench.stats", "Progress": "_bench.progress",
+    "BenchPayloads": "_bench.payloads", "PayloadSpec": "_bench.payloads", "PayloadTable": "_bench.payloads",
+    "BenchFloor": "_bench.protocols", "BenchFloorFactory": "_bench.protocols", "ControllerBench": "_bench.protocols",
+    "ControllerBenchResult": "_bench.protocols", "PayloadGenerator": "_bench.protocols",
+    # the Steane [[7,1,3]] code, as backline/steane.h defines it
+    "STEANE_H": "_steane", "STEANE_LOGICAL": "_steane", "steane_syndrome": "_steane",
+    "steane_correction": "_steane",
     "DEFAULT_TIMEOUT_MS": "_bench_floor", "FLOOR_PORT_OFFSET": "_bench_floor", "READY_TIMEOUT_S": "_bench_floor",
     "FloorLibrary": "_bench_floor", "NativeFloor": "_bench_floor", "Responder": "_bench_floor",
     "as_int": "_bench_floor", "floor_settings": "_bench_floor", "parse_responder_args": "_bench_floor",

@@ -19,6 +19,7 @@ import backline_core._cli as backline_cli
 from backline_core import plugins
 from backline_core._hookspecs import ENTRY_POINT_GROUPS, Transport, hookimpl
 from backline_core._abi import lib
+from backline_core._steane import STEANE_H as STEANE_MATRIX
 
 KEYS = {"kind", "name", "distribution", "version", "serves", "error"}
 
@@ -138,7 +139,7 @@ def code_file(tmp_path):
     return make
 
 
-STEANE_H = np.array([[1, 1, 1, 1, 0, 0, 0], [0, 1, 1, 0, 1, 1, 0], [0, 0, 1, 1, 0, 1, 1]], dtype=np.uint8)
+STEANE_H = np.array(STEANE_MATRIX, dtype=np.uint8)  # a valid code for the --code checks
 
 
 # Each was a traceback, a wrong exit status, or a multi-line usage message.
@@ -188,7 +189,7 @@ def test_bench_cpu_outside_the_affinity_set_is_refused(capsys):
 
 
 def test_bench_config_validate_is_the_python_api_check():
-    from backline_core._bench import BenchConfig
+    from backline_core._bench.config import BenchConfig
     from backline_core._errors import BacklineError
 
     for bad in (dict(rounds=10 ** 11), dict(payload_bytes=10 ** 10), dict(seed=-1), dict(gap_ns=-1),
@@ -209,7 +210,7 @@ def test_bench_transport_arg_that_is_not_key_value_is_one_line(capsys):
 
 
 def test_bench_transport_args_must_be_strings():
-    from backline_core._bench import BenchConfig
+    from backline_core._bench.config import BenchConfig
     from backline_core._errors import BacklineError
 
     with pytest.raises(BacklineError, match="transport_args must be a dict of str to str"):
@@ -217,7 +218,7 @@ def test_bench_transport_args_must_be_strings():
 
 
 def test_bench_peer_address_and_what_it_leaves_to_the_peer():
-    from backline_core._bench import BenchConfig
+    from backline_core._bench.config import BenchConfig
     from backline_core._errors import BacklineError
 
     assert BenchConfig(peer="10.0.0.2:18515").peer_address() == ("10.0.0.2", 18515)
@@ -291,9 +292,11 @@ def test_code_columns_must_agree(capsys, code_file):
     bench_error(capsys, [*QUICK, "--code", path], "--code", "columns")
 
 
-def test_code_decoder_id_is_hx_or_hz(capsys, code_file):
+def test_code_for_a_decoder_not_built_from_a_code_is_one_line(capsys, code_file):
+    # which decoder_id decodes which matrix is the decoder's (bposd: 0 Hx, 1 Hz; its tests)
     path = code_file("steane.npz", Hx=STEANE_H, Hz=STEANE_H)
-    bench_error(capsys, [*QUICK, "--code", path, "--decoder-id", "2"], "--decoder-id 2", "Hx", "Hz")
+    bench_error(capsys, [*QUICK, "--code", path, "--coprocessor-fn", "steane"], "decoder 'steane'", "hx, hz",
+                "--code needs a decoder built from Hx and Hz")
 
 
 # ---- --json / --plot: refused before the run ------------------------------------------------
@@ -328,7 +331,7 @@ def test_output_in_a_read_only_directory_is_refused_first(capsys, tmp_path):
 
 
 def test_output_check_neither_truncates_nor_leaves_files(tmp_path):
-    from backline_core._bench import check_outputs
+    from backline_core._bench.report import check_outputs
 
     kept = tmp_path / "old.json"
     kept.write_text("previous results")

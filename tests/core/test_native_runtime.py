@@ -39,20 +39,14 @@ from backline_core._errors import (
 )
 from backline_core._abi import check, ffi, last_error, lib
 from backline_core._session import Session
+from backline_core._steane import STEANE_H, STEANE_LOGICAL
 
 # The Steane code's matrices as test data (see data/README.md).
 STEANE_NPZ = Path(__file__).parent / "data" / "steane.npz"
 
-# The Steane code's X checks (Hz is the same matrix).
-HX = np.array(
-    [[1, 1, 1, 1, 0, 0, 0],
-     [0, 1, 1, 0, 1, 1, 0],
-     [0, 0, 1, 1, 0, 1, 1]],
-    dtype=np.uint8,
-)
-# data/README.md: "with check 0 as the most significant bit of a 3-bit index,
-# [-1, 6, 4, 5, 0, 3, 1, 2]" (the qubit to flip, -1 for none).
-README_TABLE = [-1, 6, 4, 5, 0, 3, 1, 2]
+# The Steane code's check matrix (Hx = Hz) from its one source, backline/steane.h; the
+# tests below hold it to the reference data and to what a Steane code is.
+HX = np.array(STEANE_H, dtype=np.uint8)
 
 # Every function the headers declare with BL_API.
 HEADER_DIR = Path(get_include()) / "backline"
@@ -225,35 +219,38 @@ def hx_corrections(hx: np.ndarray) -> dict[int, int]:
     return table
 
 
-def readme_corrections() -> dict[int, int]:
-    table = {}
-    for s in range(8):
-        index = (s & 1) << 2 | (s >> 1 & 1) << 1 | (s >> 2 & 1)  # check 0 most significant
-        q = README_TABLE[index]
-        table[s] = 0 if q < 0 else 1 << q
-    return table
+def reference_hx() -> np.ndarray:
+    with np.load(STEANE_NPZ) as data:
+        hx = np.asarray(data["Hx"], dtype=np.uint8)
+        assert np.array_equal(np.asarray(data["Hz"], dtype=np.uint8), hx)
+    return hx
 
 
-def test_hx_reference_table_is_what_we_think():
-    # Hand-checked anchors: check 0 alone -> qubit 0; check 1 alone -> qubit 4; all -> qubit 2.
+def test_the_steane_header_is_the_reference_codes_matrix():
+    with np.load(STEANE_NPZ) as data:
+        assert np.array_equal(HX, reference_hx())
+        logical = np.asarray(data["Lx"], dtype=np.uint8)
+        assert np.array_equal(logical, np.asarray(data["Lz"], dtype=np.uint8))
+    assert tuple(np.flatnonzero(logical[0])) == STEANE_LOGICAL
+
+
+def test_the_steane_header_is_a_distance_3_css_code():
+    # H H^T = 0: Hx = Hz commute; distinct nonzero columns: every single flip has its own syndrome
+    assert not ((HX.astype(int) @ HX.T.astype(int)) % 2).any()
+    columns = {tuple(HX[:, q]) for q in range(HX.shape[1])}
+    assert len(columns) == HX.shape[1] == 7 and (0, 0, 0) not in columns
+    logical = np.zeros(7, dtype=np.uint8)
+    logical[list(STEANE_LOGICAL)] = 1
+    assert not ((HX.astype(int) @ logical) % 2).any()  # the logical operator commutes with every check
     t = hx_corrections(HX)
-    assert t[0b000] == 0 and t[0b001] == 0x01 and t[0b010] == 0x10 and t[0b111] == 0x04
     assert sorted(t.values()) == [0] + [1 << q for q in range(7)]
 
 
 def steane_reference(source: str) -> dict[int, int]:
-    if source == "hx":
-        return hx_corrections(HX)
-    if source == "readme":
-        return readme_corrections()
-    with np.load(STEANE_NPZ) as data:
-        hx = np.asarray(data["Hx"], dtype=np.uint8)
-        if "Hz" in data.files:
-            assert np.array_equal(np.asarray(data["Hz"], dtype=np.uint8), hx)
-    return hx_corrections(hx)
+    return hx_corrections(HX if source == "header" else reference_hx())
 
 
-@pytest.mark.parametrize("source", ["hx", "readme", "npz"])
+@pytest.mark.parametrize("source", ["header", "npz"])
 @pytest.mark.parametrize("syndrome", range(8))
 def test_steane_matches_reference(source, syndrome):
     expected = steane_reference(source)[syndrome]

@@ -71,6 +71,50 @@ def test_bench_runs_and_reports(extra, tmp_path, no_new_shm):
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_bench_progress_in_a_log_is_a_few_plain_lines(no_new_shm):
+    # stderr is a pipe here: no bar, no carriage returns, a line per quarter of the run
+    result = backline("bench", "--rounds", "4000", "--block", "500", "--runs-in", "thread", *cpu_args(),
+                      timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "\r" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert 1 <= len(lines) <= 4 and lines[-1].startswith("4,000/4,000 rounds"), result.stderr
+
+
+def test_bench_progress_on_a_terminal_is_a_bar(no_new_shm):
+    import pty
+    import select
+
+    main_fd, child_fd = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "backline_core", "bench", "--rounds", "4000", "--block", "500",
+                                 "--runs-in", "thread", *cpu_args()], stdout=subprocess.PIPE, stderr=child_fd,
+                                text=True)
+        os.close(child_fd)
+        child_fd = -1
+        seen = b""
+        while True:  # read the terminal until the bench closes it (its exit), within the deadline
+            ready, _, _ = select.select([main_fd], [], [], TIMEOUT_S)
+            if not ready:
+                proc.kill()
+                pytest.fail(f"no output on the terminal within {TIMEOUT_S} s")
+            try:
+                chunk = os.read(main_fd, 4096)
+            except OSError:  # EIO: every writer has closed it
+                break
+            if not chunk:
+                break
+            seen += chunk
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        os.close(main_fd)
+        if child_fd >= 0:
+            os.close(child_fd)
+    assert proc.returncode == 0, out
+    text = seen.decode()
+    assert text.count("\r[") >= 2 and "100.0%" in text and "4,000/4,000 rounds" in text, text
+
+
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
     """Status 2 and one line on stderr, ``backline: error: ...``, holding every fragment."""
     lines = [line for line in result.stderr.splitlines() if line.strip()]

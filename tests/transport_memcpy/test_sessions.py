@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from backline_core import _bench as bench
+from backline_core._bench import config as bench_config, runner as bench_runner
 from backline_core._coprocessor_function import CoprocessorFunction
 from backline_core._deployment import CoprocessorProcess, deploy
 from backline_core._errors import (
@@ -22,13 +22,14 @@ from backline_core._errors import (
 )
 from backline_core._abi import get_library
 from backline_core._placement import Controller, Coprocessor, Placement
+from backline_core._steane import STEANE_H
 
 PLACES = ("controller-thread", "thread", "process")  # a coprocessor's runs_in
 IN_PROCESS = ("controller-thread", "thread")
 
-# The Steane [[7,1,3]] X-check matrix; corrections are derived from it, not from the
-# lookup table the decoder uses.
-STEANE_HX = ((1, 1, 1, 1, 0, 0, 0), (0, 1, 1, 0, 1, 1, 0), (0, 0, 1, 1, 0, 1, 1))
+# The Steane [[7,1,3]] X-check matrix (backline/steane.h); corrections are derived from it
+# here, not from the lookup table the decoder uses.
+STEANE_HX = STEANE_H
 
 
 def steane_expected(syndrome: int) -> int:
@@ -213,9 +214,9 @@ def _bench_cpus() -> tuple[int | None, int | None]:
 @pytest.mark.parametrize("runs_in", ["thread", "process"])
 def test_soak_200k_echo_rounds(runs_in, no_new_shm):
     ctl_cpu, cop_cpu = _bench_cpus()
-    cfg = bench.BenchConfig(runs_in=runs_in, rounds=200_000, block=50_000, controller_cpu=ctl_cpu,
+    cfg = bench_config.BenchConfig(runs_in=runs_in, rounds=200_000, block=50_000, controller_cpu=ctl_cpu,
                             coprocessor_cpu=cop_cpu)
-    result = bench.run(cfg)
+    result = bench_runner.run(cfg)
     assert result.lost == 0
     assert result.mismatched == 0
     assert result.framework.rtt_ns.size == 200_000 - 1

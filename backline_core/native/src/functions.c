@@ -1,6 +1,7 @@
 /* Built-in coprocessor functions. Both follow the one encoding of the project:
  * bit-packed little-endian in, bit-packed little-endian out. */
 #include "backline/backline.h"
+#include "backline/steane.h"
 
 #include <string.h>
 
@@ -14,9 +15,17 @@ BL_API int32_t bl_fn_echo(void *ctx, uint32_t decoder_id, const uint8_t *in, uin
     return 0;
 }
 
-/* Minimum-weight Steane table: index = s0<<2 | s1<<1 | s2 (check 0 most significant),
- * value = the qubit to flip, -1 for none. Hx = Hz, so one table serves X and Z. */
-static const int8_t steane_table[8] = {-1, 6, 4, 5, 0, 3, 1, 2};
+/* The syndrome of a flip of qubit q (column q of steane.h's H, bit r = check r), and the
+ * minimum-weight correction of syndrome s: the one qubit whose column is s (H's columns are
+ * distinct and nonzero), none for s = 0. Computed by the compiler from the header's rows. */
+#define STEANE_COLUMN(q) ((((BL_STEANE_CHECK0 >> (q)) & 1u) << 0) | (((BL_STEANE_CHECK1 >> (q)) & 1u) << 1) | \
+                          (((BL_STEANE_CHECK2 >> (q)) & 1u) << 2))
+#define STEANE_FLIP(s, q) ((STEANE_COLUMN(q) == (s)) ? 1u << (q) : 0u)
+#define STEANE_FIX(s) ((uint8_t)(STEANE_FLIP(s, 0) | STEANE_FLIP(s, 1) | STEANE_FLIP(s, 2) | STEANE_FLIP(s, 3) | \
+                                 STEANE_FLIP(s, 4) | STEANE_FLIP(s, 5) | STEANE_FLIP(s, 6)))
+_Static_assert(BL_STEANE_QUBITS == 7 && BL_STEANE_CHECKS == 3, "STEANE_FIX spells out 7 qubits and 3 checks");
+static const uint8_t steane_fix[8] = {STEANE_FIX(0), STEANE_FIX(1), STEANE_FIX(2), STEANE_FIX(3),
+                                      STEANE_FIX(4), STEANE_FIX(5), STEANE_FIX(6), STEANE_FIX(7)};
 
 BL_API int32_t bl_fn_steane(void *ctx, uint32_t decoder_id, const uint8_t *in, uint32_t in_len,
                             uint8_t *out, uint32_t out_cap, uint32_t *out_len) {
@@ -25,10 +34,7 @@ BL_API int32_t bl_fn_steane(void *ctx, uint32_t decoder_id, const uint8_t *in, u
     if (in_len != 1) return 2;   /* 3 syndrome bits pack into exactly one byte */
     if (in[0] & ~7u) return 3;   /* bits beyond the 3 checks must be zero */
     if (out_cap < 1) return 4;
-    unsigned s = in[0];
-    unsigned index = ((s & 1u) << 2) | (s & 2u) | ((s >> 2) & 1u);
-    int q = steane_table[index];
-    out[0] = q < 0 ? 0 : (uint8_t)(1u << q);
+    out[0] = steane_fix[in[0]];
     *out_len = 1;
     return 0;
 }

@@ -44,17 +44,15 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import PassFailedException
 
+from backline_core.sdk import STEANE_H, STEANE_LOGICAL
+
 from ..dialects import bqec
 from ..dialects import bquantum as q
 
-#: The Steane code's check matrix (Hx = Hz).
-H: tuple[tuple[int, ...], ...] = (
-    (1, 1, 1, 1, 0, 0, 0),
-    (0, 1, 1, 0, 1, 1, 0),
-    (0, 0, 1, 1, 0, 1, 1),
-)
+#: The Steane code's check matrix (Hx = Hz), from its one source (backline/steane.h).
+H: tuple[tuple[int, ...], ...] = STEANE_H
 #: Support of the logical X and Z operators.
-LOGICAL = (0, 1, 4)
+LOGICAL: tuple[int, ...] = STEANE_LOGICAL
 #: |0_L> preparation: H on the pivots, then CNOT pivot -> targets.
 PREP = ((0, (1, 2, 3)), (4, (1, 2, 5)), (6, (2, 3, 5)))
 N = 7

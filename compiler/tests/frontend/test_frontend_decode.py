@@ -17,10 +17,12 @@ import backline_compiler as bl
 import jax.numpy as jnp
 from backline_compiler.frontend.decode import DecodeError
 
+from backline_core.sdk import STEANE_H
+
 pytestmark = pytest.mark.filterwarnings("ignore:Executing PennyLane programs with capture enabled")
 
-#: The Steane code's check matrix (Hx = Hz), as encode-steane and the decoder use it.
-H = ((1, 1, 1, 1, 0, 0, 0), (0, 1, 1, 0, 1, 1, 0), (0, 0, 1, 1, 0, 1, 1))
+#: The Steane code's check matrix (Hx = Hz), as encode-steane and the decoder use it (backline/steane.h).
+H = STEANE_H
 DATA, ANCILLAS = list(range(7)), [7, 8, 9]
 
 

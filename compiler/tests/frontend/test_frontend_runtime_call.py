@@ -22,10 +22,11 @@ import backline_compiler as bl
 import jax.numpy as jnp
 from backline_compiler.frontend.values import CaptureError
 from backline_compiler.frontend.runtime_call import SignatureError
+from backline_core.sdk import STEANE_H
 
 pytestmark = pytest.mark.filterwarnings("ignore:Executing PennyLane programs with capture enabled")
 
-H = ((1, 1, 1, 1, 0, 0, 0), (0, 1, 1, 0, 1, 1, 0), (0, 0, 1, 1, 0, 1, 1))
+H = STEANE_H  # backline/steane.h
 
 
 def device(wires: int = 2, coprocessors=()) -> bl.Backline:

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from backline_core.sdk import summary
+
 from . import codes
 from .decoder import BpOsdDecoder
 from .native import ffi, lib
@@ -31,10 +33,6 @@ def _syndromes(h: np.ndarray, p: float, shots: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     errors = (rng.random((shots, h.shape[1])) < p).astype(np.uint8)
     return ((errors.astype(np.int64) @ h.T.astype(np.int64)) % 2).astype(np.uint8)
-
-
-def _stats(ns: np.ndarray) -> dict[str, float]:
-    return {"median_ns": float(np.median(ns)), "p99_ns": float(np.percentile(ns, 99)), "mean_ns": float(ns.mean())}
 
 
 def bench_code(code: codes.CSSCode, *, p: float, shots: int, seed: int, settings: dict[str, Any]) -> dict[str, Any]:
@@ -79,7 +77,7 @@ def bench_code(code: codes.CSSCode, *, p: float, shots: int, seed: int, settings
         theirs.decode(s)
     ldpc_batch_s = (clock() - t0) / 1e9
 
-    native, python, reference = _stats(native_ns), _stats(python_ns), _stats(ldpc_ns)
+    native, python, reference = summary(native_ns), summary(python_ns), summary(ldpc_ns)
     return {
         "code": code.name, "n": code.n, "k": code.k, "checks": h.shape[0], "p": p, "shots": shots,
         "settings": settings,

@@ -259,10 +259,9 @@ class CSSCode:
         d: the distance if known, else ``None``.
 
     Examples:
-        >>> import numpy as np
+        >>> from backline_core.sdk import STEANE_H
         >>> from backline_decoder_bpod.codes import CSSCode
-        >>> H = [[1, 1, 1, 1, 0, 0, 0], [0, 1, 1, 0, 1, 1, 0], [0, 0, 1, 1, 0, 1, 1]]
-        >>> code = CSSCode("steane", hx=H, hz=H, d=3)
+        >>> code = CSSCode("steane", hx=STEANE_H, hz=STEANE_H, d=3)
         >>> code.n, code.k, code.d
         (7, 1, 3)
         >>> CSSCode("bad", hx=[[1, 1, 0]], hz=[[1, 0, 0]])
@@ -568,13 +567,14 @@ def gross_code() -> CSSCode:
     )
 
 
-_STEANE_H = np.array(
-    [[1, 1, 1, 1, 0, 0, 0],
-     [0, 1, 1, 0, 1, 1, 0],
-     [0, 0, 1, 1, 0, 1, 1]],
-    dtype=np.uint8,
-)
-_STEANE_L = np.array([[1, 1, 0, 0, 1, 0, 0]], dtype=np.uint8)
+def _steane() -> CSSCode:
+    """The Steane code from its one source (backline/steane.h, through the SDK)."""
+    from backline_core.sdk import STEANE_H, STEANE_LOGICAL
+
+    h = np.array(STEANE_H, dtype=np.uint8)
+    logical = np.zeros((1, h.shape[1]), dtype=np.uint8)
+    logical[0, list(STEANE_LOGICAL)] = 1
+    return CSSCode("steane", hx=h, hz=h, lx=logical, lz=logical, d=3)
 
 _NAMES_HELP = (
     "'steane', 'hgp13', 'toric-<L>' (L >= 2, e.g. 'toric-4'), "
@@ -586,7 +586,7 @@ def named_code(name: str) -> CSSCode:
     """A code by name (case-insensitive); every code is constructed, none is loaded.
 
     =================  ===================================================================
-    ``steane``         [[7,1,3]] Steane code (the matrices of ``data/codes/steane.npz``)
+    ``steane``         [[7,1,3]] Steane code (the matrix of ``backline/steane.h``)
     ``hgp13``          [[13,1,3]] hypergraph product of two length-3 repetition codes
     ``hgp-rep-<N>``    [[N^2+(N-1)^2, 1, N]] hypergraph product of two length-N repetition codes
     ``toric-<L>``      [[2L^2, 2, L]] toric code
@@ -606,7 +606,7 @@ def named_code(name: str) -> CSSCode:
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     key = name.strip().lower()
     if key == "steane":
-        return CSSCode("steane", hx=_STEANE_H, hz=_STEANE_H, lx=_STEANE_L, lz=_STEANE_L, d=3)
+        return _steane()
     if key == "hgp13":
         return _hgp_repetition(3, "hgp13")
     if key in ("gross", "bb144"):

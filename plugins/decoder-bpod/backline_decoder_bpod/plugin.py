@@ -40,10 +40,26 @@ def build_bp(hx: Any, hz: Any, **settings: Any) -> CoprocessorFunction:
     return css_bp_decoder(hx, hz, name="bp", **settings)
 
 
+def bench_payloads(function: CoprocessorFunction, spec: Any) -> Any:
+    """``backline bench --code``'s requests: the packed syndromes (of Hx for decoder_id 0, of Hz
+    for 1) of independent bit flips at ``spec.error_rate``; the replies come from the decoder
+    called locally."""
+    import numpy as np
+
+    from backline_core.sdk import BenchPayloads
+
+    h = np.asarray(spec.params["hx" if spec.decoder_id == 0 else "hz"], dtype=np.uint8)
+    rng = np.random.default_rng(spec.seed)
+    errors = (rng.random((spec.count, h.shape[1])) < spec.error_rate).astype(np.uint8)
+    syndromes = (errors @ h.T) % 2  # uint8 wraps mod 256, an even modulus: the parity is kept
+    return BenchPayloads([np.packbits(row, bitorder="little").tobytes() for row in syndromes.astype(np.uint8)])
+
+
 @hookimpl
 def backline_decoders() -> list[Decoder]:
     return [
         Decoder(name="bposd", summary="BP + ordered-statistics decoding from Hx, Hz", build=build_bposd,
-                hardware=("cpu", "gpu")),
-        Decoder(name="bp", summary="belief propagation from Hx, Hz", build=build_bp, hardware=("cpu", "gpu")),
+                hardware=("cpu", "gpu"), bench_payloads=bench_payloads),
+        Decoder(name="bp", summary="belief propagation from Hx, Hz", build=build_bp, hardware=("cpu", "gpu"),
+                bench_payloads=bench_payloads),
     ]

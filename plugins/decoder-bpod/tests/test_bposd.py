@@ -605,6 +605,35 @@ def test_backline_bench_with_bposd(runs_in, extra, hgp13_npz, tmp_path):
     assert set(_shm_for("")) <= before
 
 
+@pytest.mark.parametrize("decoder_id, says", [(2, "--decoder-id 2: bposd serves decoder ids 0, 1")])
+def test_backline_bench_with_bposd_refuses_a_decoder_id_it_does_not_serve(decoder_id, says, hgp13_npz):
+    result = subprocess.run(
+        [sys.executable, "-m", "backline_core", "bench", "--coprocessor-fn", "bposd", "--code", str(hgp13_npz),
+         "--decoder-id", str(decoder_id), "--rounds", "100", "--no-progress"],
+        check=False, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and says in lines[0], result.stderr
+
+
+def test_bench_payloads_are_syndromes_of_the_code_the_decoder_id_names(hgp13_npz):
+    from backline_decoder_bpod.plugin import bench_payloads
+
+    from backline_core.sdk import PayloadSpec
+
+    with np.load(hgp13_npz) as data:
+        hx, hz = data["Hx"].astype(np.uint8), data["Hz"].astype(np.uint8)
+    made = {}
+    for decoder_id, h in ((0, hx), (1, hz)):
+        spec = PayloadSpec(decoder_id=decoder_id, payload_bytes=8, count=64, seed=3, error_rate=0.2,
+                           params={"hx": hx, "hz": hz})
+        made[decoder_id] = bench_payloads(None, spec)
+        assert made[decoder_id].replies is None  # the replies: the decoder called locally
+        assert len(made[decoder_id].requests) == 64
+        assert {len(r) for r in made[decoder_id].requests} == {-(-h.shape[0] // 8)}
+    # the same errors (one seed) through Hx and through Hz, which differ
+    assert made[0].requests != made[1].requests
+
+
 def test_backline_bench_decoder_cli(tmp_path):
     out = tmp_path / "dec.json"
     script = shutil.which("backline-bench-decoder", path=str(Path(sys.executable).parent))

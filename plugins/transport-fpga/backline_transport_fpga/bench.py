@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from backline_core import BacklineError, Controller, Coprocessor, CoprocessorFunction, Endpoint, Placement, deploy
-from backline_core.sdk import PERCENTILES, BenchConfig, RoundRunner, free_port, from_status
+from backline_core.sdk import BenchConfig, PayloadTable, Progress, RoundRunner, free_port, from_status, summary
 
 from .model import EngineModel
 from .native import backend, hwhs
@@ -59,16 +59,9 @@ class EngineBench:
     def clock_hz(self) -> int:
         return int(hwhs().HWHS_CLOCK_HZ)
 
-    def _stats(self, x: np.ndarray) -> dict[str, float]:
-        out = {"rounds": int(x.size), "mean": float(x.mean()), "median": float(np.median(x)),
-               "std": float(x.std()), "min": float(x.min()), "max": float(x.max())}
-        for key, q in PERCENTILES:
-            out[key] = float(np.percentile(x, q))
-        return out
-
     def to_json(self) -> dict[str, Any]:
         us = 1e6 / self.clock_hz
-        cycles = self._stats(self.cycles.astype(np.float64))
+        cycles = summary(self.cycles, "")
         out: dict[str, Any] = {
             "config": {k: v for k, v in self.cfg.__dict__.items()},
             "controller": "fpga (engine model)",
@@ -83,7 +76,7 @@ class EngineBench:
             "mismatched": self.mismatched,
         }
         if self.host_ns is not None:
-            out["driver_ns"] = self._stats(self.host_ns.astype(np.float64))
+            out["driver_ns"] = summary(self.host_ns, "")
             out["round0_driver_ns"] = self.round0_ns
         if self.cfg.loop == "hw":
             out.update(demo_err=self.demo_err, trace_cnt=self.trace_cnt, trace_full=self.trace_full,
@@ -109,12 +102,12 @@ class EngineBench:
             f"  {'':<10}{'mean':>12}{'sigma':>12}{'median':>12}{'P99':>12}{'P99.9':>12}{'P99.99':>12}"
             f"{'P99.999':>12}{'max':>12}",
         ]
-        s = self._stats(self.cycles.astype(np.float64))
+        s = summary(self.cycles, "")
         keys = ("mean", "std", "median", "p99", "p999", "p9999", "p99999", "max")
         lines.append(f"  {'cycles':<10}" + "".join(f"{s[k]:12,.0f}" for k in keys))
         lines.append(f"  {'us':<10}" + "".join(f"{s[k] * us:12.3f}" for k in keys))
         if self.host_ns is not None:
-            h = self._stats(self.host_ns.astype(np.float64))
+            h = summary(self.host_ns, "")
             lines.append(f"  {'driver us':<10}" + "".join(f"{h[k] / 1e3:12.3f}" for k in keys)
                          + "   (post to collect on the issuing thread, kick included)")
         if cfg.loop == "hw":
@@ -131,7 +124,7 @@ def _echo_payload(k: int, n: int) -> bytes:
     return bytes(((k >> (8 * (b % 8))) & 0xFF) ^ (b // 8) for b in range(n))
 
 
-def syndrome_table(cfg: BenchConfig, table: tuple[bytes, bytes, int] | None, out_bytes: int) -> bytes:
+def syndrome_table(cfg: BenchConfig, table: PayloadTable | None, out_bytes: int) -> bytes:
     """The pacer's syndrome table (hwhs.h's entry format) for this run's requests and expected replies."""
     h = hwhs()
     limit = h.HWHS_TABLE_PAYLOAD_MAX
@@ -160,7 +153,7 @@ def _check(rc: int, what: str) -> None:
         raise from_status(rc, f"{what}: {ffi.string(lib.bl_fpga_error()).decode(errors='replace')}")
 
 
-def _sw_loop(cfg: BenchConfig, session: Any, table: tuple[bytes, bytes, int] | None, report: Any) -> dict[str, Any]:
+def _sw_loop(cfg: BenchConfig, session: Any, table: PayloadTable | None, progress: Progress) -> dict[str, Any]:
     ffi, lib = backend()
     runner = RoundRunner(cfg)
     if table is not None:
@@ -175,10 +168,7 @@ def _sw_loop(cfg: BenchConfig, session: Any, table: tuple[bytes, bytes, int] | N
             n = min(SW_BLOCK, cfg.rounds - done)
             runner.framework(session, done, host[done:done + n])
             done += n
-            if cfg.progress:
-                report(f"\r  {done:,}/{cfg.rounds:,} rounds")
-        if cfg.progress:
-            report("\n")
+            progress.update(done)
         recorded = int(lib.bl_fpga_recorded_cycles(key))
     finally:
         lib.bl_fpga_record_cycles(key, ffi.NULL, 0)
@@ -190,8 +180,8 @@ def _sw_loop(cfg: BenchConfig, session: Any, table: tuple[bytes, bytes, int] | N
             "lost": runner.lost, "mismatched": runner.mismatched}
 
 
-def _hw_loop(cfg: BenchConfig, session: Any, table: tuple[bytes, bytes, int] | None, out_bytes: int,
-             report: Any) -> dict[str, Any]:
+def _hw_loop(cfg: BenchConfig, session: Any, table: PayloadTable | None, out_bytes: int,
+             progress: Progress) -> dict[str, Any]:
     ffi, lib = backend()
     h = hwhs()
     entries = syndrome_table(cfg, table, out_bytes)
@@ -207,8 +197,7 @@ def _hw_loop(cfg: BenchConfig, session: Any, table: tuple[bytes, bytes, int] | N
     p.timeout_ms = int(1000 * (60 + cfg.rounds * (worst_gap_s + 0.05)))
     trace = np.zeros(min(cfg.rounds, h.HWHS_TRACE_ENTRIES), dtype=np.uint16)
     r = ffi.new("bl_fpga_paced_result *")
-    if cfg.progress:
-        report(f"  the engine's pacer issues {cfg.rounds:,} rounds ...\n")
+    progress.note(f"  the engine's pacer issues {cfg.rounds:,} rounds ...")
     rc = lib.bl_fpga_paced_run(session.key.encode(), p, r, ffi.cast("uint16_t *", trace.ctypes.data), trace.size)
     if rc and r.rounds == 0:
         _check(rc, "paced run")
@@ -222,9 +211,9 @@ def _hw_loop(cfg: BenchConfig, session: Any, table: tuple[bytes, bytes, int] | N
             "trace_saturated": bool(r.trace_saturated), "saturated_entries": int((kept == 0xFFFF).sum())}
 
 
-def run(cfg: BenchConfig, *, function: CoprocessorFunction, table: tuple[bytes, bytes, int] | None, out_bytes: int,
-        init_args: dict[str, Any], report: Any = lambda s: None) -> EngineBench:
-    """The FPGA controller's bench (Transport.controller_bench of backline-transport-fpga)."""
+def run(cfg: BenchConfig, *, function: CoprocessorFunction, table: PayloadTable | None, out_bytes: int,
+        init_args: dict[str, Any], progress: Progress) -> EngineBench:
+    """The FPGA controller's bench (Transport.controller_bench of backline-transport-fpga: a ControllerBench)."""
     if cfg.driver != "native":
         raise BacklineError(f"--driver {cfg.driver}: the FPGA controller's rounds are kicked by its driver; leave "
                             "--driver out")
@@ -252,8 +241,8 @@ def run(cfg: BenchConfig, *, function: CoprocessorFunction, table: tuple[bytes, 
         try:
             with deploy(placement, in_bytes=cfg.payload_bytes, out_bytes=out_bytes) as d:
                 session = d.session(name)
-                got = (_sw_loop(cfg, session, table, report) if cfg.loop == "sw"
-                       else _hw_loop(cfg, session, table, out_bytes, report))
+                got = (_sw_loop(cfg, session, table, progress) if cfg.loop == "sw"
+                       else _hw_loop(cfg, session, table, out_bytes, progress))
         finally:
             os.sched_setaffinity(0, old_affinity)
         with WindowView(model.window) as view:

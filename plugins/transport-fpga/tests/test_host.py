@@ -166,16 +166,17 @@ def test_bench_options_an_fpga_controller_cannot_take_are_one_line_errors(args: 
 def test_the_hw_loop_refuses_payloads_its_syndrome_table_cannot_hold() -> None:
     from backline_transport_fpga.bench import syndrome_table
 
-    from backline_core.sdk import BenchConfig
+    from backline_core.sdk import BenchConfig, PayloadTable
 
     cfg = BenchConfig(transport="rdma", controller_hardware="fpga", loop="hw", payload_bytes=16)
     with pytest.raises(BacklineError, match="at most 8 bytes"):
         syndrome_table(cfg, None, 16)
-    steane = syndrome_table(BenchConfig(payload_bytes=1), (bytes(range(8)), bytes([0, 1, 16, 2, 64, 8, 32, 4]), 1), 1)
+    replies = bytes(255 - k for k in range(8))  # any one-byte replies
+    table = syndrome_table(BenchConfig(payload_bytes=1), PayloadTable(bytes(range(8)), replies, 1), 1)
     h = hwhs()
-    assert len(steane) == 8 * h.HWHS_TABLE_ENTRY
-    third = steane[2 * h.HWHS_TABLE_ENTRY:3 * h.HWHS_TABLE_ENTRY]
-    assert struct.unpack_from("<II", third) == (1, 1) and third[8] == 2 and third[16] == 16
+    assert len(table) == 8 * h.HWHS_TABLE_ENTRY
+    third = table[2 * h.HWHS_TABLE_ENTRY:3 * h.HWHS_TABLE_ENTRY]
+    assert struct.unpack_from("<II", third) == (1, 1) and third[8] == 2 and third[16] == 253
 
 
 def test_the_driver_builds_for_the_boards_aarch64_cores(tmp_path) -> None:
