@@ -13,7 +13,7 @@ import numpy as np
 from xdsl.dialects import llvm
 from xdsl.passes import ModulePass
 
-from backline_core.sdk import QuantumDevice, from_status, last_error
+from backline_core.sdk import QuantumDevice, from_status, last_error, summary
 
 from .. import codegen, pipeline
 from ..dialects import bqec
@@ -69,17 +69,12 @@ class RunStats:
         return "; ".join(parts)
 
     def rtt_summary(self) -> dict[str, dict[str, float]]:
-        """Per coprocessor: rounds, and median / mean / P99 / max RTT in microseconds."""
+        """Per coprocessor: ``rounds`` (stored or not), ``recorded`` and the bench's summary of the
+        recorded RTTs in microseconds (``median_us``, ``mean_us``, ``p99_us``, ``max_us``, ...)."""
         out = {}
         for key, rtt in self.rtt_ns.items():
-            if len(rtt):
-                us = rtt / 1e3
-                out[key] = {"rounds": self.rounds.get(key, len(rtt)), "recorded": len(rtt),
-                            "median_us": float(np.median(us)),
-                            "mean_us": float(np.mean(us)), "p99_us": float(np.percentile(us, 99)),
-                            "max_us": float(np.max(us))}
-            else:
-                out[key] = {"rounds": self.rounds.get(key, 0)}
+            figures = summary(np.asarray(rtt) / 1e3, "us")
+            out[key] = {**figures, "rounds": self.rounds.get(key, len(rtt)), "recorded": len(rtt)}
         return out
 
 
