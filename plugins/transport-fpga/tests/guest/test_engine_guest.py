@@ -29,12 +29,13 @@ from backline_core import (
     Session,
     deploy,
 )
+from backline_core.sdk import steane_correction
 from backline_core.testing import ServeProcess, endpoint_config, free_port
 
 HOST = "127.0.0.1"
 #: a round under TCG, with three spinning processes on two emulated CPUs, can stall for long
 SLOW = 10000
-STEANE = [0x00, 0x01, 0x10, 0x02, 0x40, 0x08, 0x20, 0x04]
+STEANE = [steane_correction(s) for s in range(8)]  # each syndrome's flip, from backline/steane.h
 
 
 def placement(window: str, port: int, fn: str | CoprocessorFunction = "steane", timeout_ms: int = SLOW,
