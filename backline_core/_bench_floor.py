@@ -3,7 +3,7 @@ framework in the path, run between this process and a responder child, and a ref
 (perftest, ucx_perftest) run beside it.
 
 A transport's floor library (C, built with the transport's own set-up code and
-``backline/pingpong.h``'s clock) exports, for one prefix ``P``:
+``backline/sdk/pingpong.h``'s clock) exports, for one prefix ``P``:
 
 * responder: ``P_port(h)``, ``P_serve(h, wait_ms)`` (serve one initiator), ``P_stop(h)``
   (async-signal-safe), ``P_free(h)``, ``P_error(h)``;

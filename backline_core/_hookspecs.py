@@ -57,7 +57,7 @@ def _frozen(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
 #: ``"executor"``: a process an executor plugin starts (possibly on another machine) from
 #: the node's compiled code; to the transport backend it is another process.
 RUNS_IN = ("controller-thread", "thread", "process", "executor")
-#: The init_args of a coprocessor that backline/remote.h reads for a networked transport (its
+#: The init_args of a coprocessor that backline/sdk/remote.h reads for a networked transport (its
 #: BL_REMOTE_CONFIG_KEYS besides host and port): such a transport adds these to its own.
 REMOTE_INIT_ARGS = {
     "cpu": "coprocessor: pin its poller thread to this CPU",

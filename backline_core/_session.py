@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from . import _plugins as plugins
-from ._config import parse_config
 from ._coprocessor_function import CoprocessorFunction
 from ._errors import InvalidArgumentError, LifecycleError, PlacementError
 from ._bound_function import BoundFunction
@@ -198,7 +197,7 @@ class Session:
         self._s = None  # from here on, calls on this object fail at once
         if self._calls:
             lib.bl_stop(s)
-            deadline = time.monotonic() + 2 * self._timeout_s() + 1.0
+            deadline = time.monotonic() + 2 * self._timeout_s(s) + 1.0
             while self._calls and time.monotonic() < deadline:
                 time.sleep(0.0002)
             if self._calls:
@@ -214,13 +213,12 @@ class Session:
                 bound.close()
             self._bound.clear()
 
-    def _timeout_s(self) -> float:
-        try:
-            values = parse_config(self.config)
-        except ValueError:
-            values = {}
-        ms = max(int(values.get(k, 0)) for k in ("timeout_ms", "connect_timeout_ms") if values.get(k, "0").isdigit())
-        return max(ms, lib.BL_DEFAULT_TIMEOUT_MS, lib.BL_DEFAULT_CONNECT_TIMEOUT_MS) / 1000
+    @staticmethod
+    def _timeout_s(s: Any) -> float:
+        """The longer of session ``s``'s timeout_ms and connect_timeout_ms (the core's parse), in seconds."""
+        ms = ffi.new("uint64_t[2]")
+        check(lib.bl_session_timeouts(s, ms, ms + 1))
+        return max(ms[0], ms[1]) / 1000
 
     def _call(self, fn: Any, *args: Any) -> int:
         """``fn(session, *args)`` with its status checked, counted so destroy can wait for it."""

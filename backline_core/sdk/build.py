@@ -31,22 +31,24 @@ _CFLAGS = ["-O2", "-std=gnu11", "-fvisibility=hidden", "-Wall", "-Wextra", "-Wno
 
 
 _SRC = os.path.join(_CORE, "native", "src")
-#: what ``oob=True`` compiles in: backline/oob.h's TCP and handshake helpers (their message
-#: header is backline/sdk/stream_frame.h's), and backline/remote.h's control plane of a
+#: what ``oob=True`` compiles in: backline/sdk/oob.h's TCP and handshake helpers (their message
+#: header is backline/sdk/stream_frame.h's), and backline/sdk/remote.h's control plane of a
 #: coprocessor in another process, which uses them
 _OOB_SOURCES = [os.path.join(_SRC, name) for name in ("oob.c", "stream_frame.c", "remote.c")]
 
 
 def plain_library(name: str, sources: list[str], *, include_dirs: list[str] | None = None,
                   libraries: list[str] | None = None, extra_compile_args: list[str] | None = None,
-                  oob: bool = False) -> Extension:
+                  oob: bool = False, external_sources: list[str] | None = None) -> Extension:
     """A setuptools Extension built as a plain C shared library named ``name``.
 
     ``backline.h`` is on the include path; the last dotted part of ``name`` becomes the
     file name (``pkg.libfoo`` -> ``pkg/libfoo.so``). ``oob``: compile in the core's
-    out-of-band TCP and handshake helpers (``backline/oob.h``) and the control plane of a
-    coprocessor in another process built on them (``backline/remote.h``), private to this
-    library.
+    out-of-band TCP and handshake helpers (``backline/sdk/oob.h``) and the control plane of a
+    coprocessor in another process built on them (``backline/sdk/remote.h``), private to this
+    library. ``external_sources``: absolute paths of C sources another installed package
+    provides for this build (e.g. ``backline_transport_rdma.verbs_sources()``), compiled in the
+    same way.
     """
     ext = Extension(
         name,
@@ -55,7 +57,8 @@ def plain_library(name: str, sources: list[str], *, include_dirs: list[str] | No
         libraries=[*(libraries or []), "pthread"],
         extra_compile_args=[*_CFLAGS, *(extra_compile_args or [])],
     )
-    ext.backline_oob = oob  # added when it is built: setuptools refuses absolute paths in a setup script
+    # added when it is built: setuptools refuses absolute paths in a setup script
+    ext.backline_extra = [*(_OOB_SOURCES if oob else []), *(external_sources or [])]
     _PLAIN.add(name)
     return ext
 
@@ -72,10 +75,11 @@ class BuildPlainLibraries(build_ext):
     def build_extension(self, ext: Extension) -> None:
         # in-place (editable) builds write into package folders that may not exist yet
         os.makedirs(os.path.dirname(self.get_ext_fullpath(ext.name)), exist_ok=True)
-        if not getattr(ext, "backline_oob", False):
+        extra = getattr(ext, "backline_extra", [])
+        if not extra:
             super().build_extension(ext)
             return
-        sources, ext.sources = ext.sources, [*ext.sources, *_OOB_SOURCES]
+        sources, ext.sources = ext.sources, [*ext.sources, *extra]
         try:
             super().build_extension(ext)
         finally:

@@ -2,7 +2,7 @@
 #ifndef BACKLINE_INTERNAL_H
 #define BACKLINE_INTERNAL_H
 
-#include <backline/pingpong.h>
+#include <backline/sdk/pingpong.h>
 
 #include <stdint.h>
 #include <time.h>
@@ -22,7 +22,7 @@ static inline void bl__store_release(uint64_t *p, uint64_t v) {
     __atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 
-/* Round-trip timestamps: backline/pingpong.h's clock, so the floors are timed alike.
+/* Round-trip timestamps: backline/sdk/pingpong.h's clock, so the floors are timed alike.
  * Deadlines keep using bl__now(). */
 static inline uint64_t bl__ticks(void) { return bl_pingpong_ticks(); }
 

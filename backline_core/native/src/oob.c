@@ -1,7 +1,7 @@
-/* The out-of-band TCP side of networked transports (see backline/oob.h). */
+/* The out-of-band TCP side of networked transports (see backline/sdk/oob.h). */
 #define _GNU_SOURCE
 #include <backline/backline.h>
-#include <backline/oob.h>
+#include <backline/sdk/oob.h>
 #include <backline/sdk/stream_frame.h>
 
 #include <errno.h>

@@ -1,8 +1,8 @@
-/* The control plane of a coprocessor in another process or on another host (see backline/remote.h). */
+/* The control plane of a coprocessor in another process or on another host (see backline/sdk/remote.h). */
 #define _GNU_SOURCE
 #include <backline/backline.h>
-#include <backline/oob.h>
-#include <backline/remote.h>
+#include <backline/sdk/oob.h>
+#include <backline/sdk/remote.h>
 
 #include <errno.h>
 #include <poll.h>
@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -98,6 +101,25 @@ void bl_remote_note(const bl_remote *r, const char *fmt, ...) {
             r->role == BL_CONTROLLER ? "controller" : "coprocessor", r->key, text);
 }
 
+int bl_remote_same_host(int fd) {
+    struct sockaddr_storage mine, theirs;
+    socklen_t a = sizeof mine, b = sizeof theirs;
+    if (getsockname(fd, (struct sockaddr *)&mine, &a) || getpeername(fd, (struct sockaddr *)&theirs, &b) ||
+        mine.ss_family != theirs.ss_family)
+        return 0;
+    if (mine.ss_family == AF_INET) {
+        const struct in_addr *x = &((struct sockaddr_in *)&mine)->sin_addr, *y = &((struct sockaddr_in *)&theirs)->sin_addr;
+        /* Loopback reaches only this network namespace, whichever 127.x address it uses. */
+        return x->s_addr == y->s_addr || ((ntohl(x->s_addr) >> 24) == 127 && (ntohl(y->s_addr) >> 24) == 127);
+    }
+    if (mine.ss_family == AF_INET6) {
+        const struct in6_addr *x = &((struct sockaddr_in6 *)&mine)->sin6_addr,
+                              *y = &((struct sockaddr_in6 *)&theirs)->sin6_addr;
+        return !memcmp(x, y, sizeof *x);
+    }
+    return 0;
+}
+
 /* ---- open: configuration only ---- */
 
 int32_t bl_remote_open(bl_remote *r, const bl_remote_protocol *proto, const bl_remote_links *links, void *arg,
@@ -143,13 +165,8 @@ int32_t bl_remote_open(bl_remote *r, const bl_remote_protocol *proto, const bl_r
     r->cpu = (int)v;
     if ((rc = h->config_int(a->session, "rt_priority", 0, 99, 0, &v, err, n))) return rc;
     r->rt_priority = (int)v;
-    if ((rc = h->config_int(a->session, "connect_timeout_ms", 1, BL_MAX_TIMEOUT_MS, BL_DEFAULT_CONNECT_TIMEOUT_MS, &v,
-                            err, n)))
-        return rc;
-    r->connect_timeout_ns = (uint64_t)v * 1000000ull;
-    if ((rc = h->config_int(a->session, "timeout_ms", 1, BL_MAX_TIMEOUT_MS, BL_DEFAULT_TIMEOUT_MS, &v, err, n)))
-        return rc;
-    r->timeout_ns = (uint64_t)v * 1000000ull;
+    r->connect_timeout_ns = a->connect_timeout_ns;
+    r->timeout_ns = a->timeout_ns;
     return BL_OK;
 }
 
@@ -160,6 +177,7 @@ int32_t bl_remote_dial(bl_remote *r, uint64_t deadline, uint8_t *peer, char *err
     r->fd = -1;
     int32_t rc = bl_oob_dial(r->host_name, r->port, deadline, r->proto->transport, &r->fd, err, n);
     if (rc) return rc;
+    r->same_host = bl_remote_same_host(r->fd);
     char who[300];
     snprintf(who, sizeof who, "the peer at %s:%d", r->host_name, r->port);
     uint8_t hello[HELLO_BYTES] = {0}, offer[BL_OOB_MAX_BODY];
@@ -310,6 +328,7 @@ static void admit(bl_remote *r, int fd) {
         }
         usleep(100);
     }
+    r->same_host = bl_remote_same_host(fd);
     void *link = L->create(r->arg, offer + OFFER_HEAD, &rc, err, sizeof err);
     if (!link) {
         refuse(r, fd, rc, err, deadline);
@@ -450,4 +469,227 @@ void bl_remote_close(bl_remote *r) {
             close(*fds[i]);
             *fds[i] = -1;
         }
+}
+
+/* ---- the whole backend of a networked transport (bl_remote_backend) ---- */
+
+/* One session of a networked transport: the control plane, the transport's state and the
+ * link of the moment (the controller's one; the coprocessor's current controller's, which
+ * only its poller uses). The round-path hooks are copied out of the record: one load less. */
+struct net {
+    bl_remote r;
+    const bl_remote_transport *t;
+    void *state;
+    void *link;
+    uint8_t *rings; /* request ring, then reply ring */
+    int own_rings;  /* the core allocated them (t->alloc is NULL) */
+    int32_t (*deliver)(void *state, void *link, const uint8_t *frame, uint64_t seq, uint32_t slot);
+    void (*poll)(void *state, void *link);
+    uint8_t offered[BL_OOB_MAX_BODY]; /* controller: the coprocessor's peer part, from its OFFER */
+};
+
+static const bl_remote_transport *the_transport; /* this library's (bl_remote_backend) */
+
+/* bl_remote_links onto the record's, for the acceptor thread. */
+static void *net_link_create(void *arg, uint8_t *peer, int32_t *rc, char *err, size_t n) {
+    struct net *m = arg;
+    return m->t->link_create(m->state, peer, rc, err, n);
+}
+
+static int32_t net_link_accept(void *arg, void *link, const uint8_t *record, char *err, size_t n) {
+    struct net *m = arg;
+    bl_remote_peer p = {.record = record, .who = "the controller", .same_host = m->r.same_host};
+    return m->t->link_accept(m->state, link, &p, err, n);
+}
+
+static void net_link_destroy(void *arg, void *link) {
+    struct net *m = arg;
+    m->t->link_destroy(m->state, link);
+}
+
+static const bl_remote_links net_links = {net_link_create, net_link_accept, net_link_destroy};
+
+static void net_free(struct net *m) {
+    if (m->link) m->t->link_destroy(m->state, m->link);
+    m->link = NULL;
+    if (m->t->release) m->t->release(m->state);
+    if (m->own_rings) free(m->rings);
+    free(m->state);
+    free(m);
+}
+
+static int32_t net_open(const bl_open_args *a, void **impl, char *err, size_t n) {
+    const bl_remote_transport *t = the_transport;
+    struct net *m = calloc(1, sizeof *m);
+    if (!m) return bl_oob_fail(err, n, BL_ENOMEM, "out of memory");
+    m->t = t;
+    m->deliver = t->deliver;
+    m->poll = t->poll;
+    m->state = calloc(1, t->state_bytes ? t->state_bytes : 1);
+    if (!m->state) {
+        free(m);
+        return bl_oob_fail(err, n, BL_ENOMEM, "out of memory");
+    }
+    int32_t rc = bl_remote_open(&m->r, &t->protocol, &net_links, m, a, err, n);
+    if (!rc) rc = t->open(m->state, &m->r, a, err, n);
+    if (rc) {
+        net_free(m);
+        return rc;
+    }
+    *impl = m;
+    return BL_OK;
+}
+
+static int32_t net_connect(void *impl, uint64_t deadline, char *err, size_t n) {
+    struct net *m = impl;
+    int32_t rc = m->t->prepare ? m->t->prepare(m->state, err, n) : BL_OK;
+    if (rc) return rc;
+    if (m->r.role == BL_CONTROLLER) return bl_remote_dial(&m->r, deadline, m->offered, err, n);
+    return bl_remote_listen(&m->r, err, n);
+}
+
+static int32_t net_alloc_memory(void *impl, char *err, size_t n) {
+    struct net *m = impl;
+    if (m->rings) return BL_OK;
+    size_t bytes = 2 * (size_t)m->r.slots * m->r.slot_bytes;
+    if (m->t->alloc) return m->t->alloc(m->state, bytes, &m->rings, err, n);
+    m->rings = aligned_alloc(BL_SLOT_ALIGN, bytes); /* a multiple of 64: slot_bytes is */
+    if (!m->rings) return bl_oob_fail(err, n, BL_ENOMEM, "cannot allocate %zu bytes of rings", bytes);
+    memset(m->rings, 0, bytes);
+    m->own_rings = 1;
+    return BL_OK;
+}
+
+/* A controller's link to the coprocessor whose OFFER it read, then CONNECT + READY. (A
+ * coprocessor exchanges with each controller as it comes, on its acceptor thread.) */
+static int32_t net_exchange_keys(void *impl, uint64_t deadline, char *err, size_t n) {
+    struct net *m = impl;
+    if (m->r.role != BL_CONTROLLER) return BL_OK;
+    const bl_remote_transport *t = m->t;
+    if (m->link) t->link_destroy(m->state, m->link); /* a retried exchange starts afresh */
+    uint8_t mine[BL_OOB_MAX_BODY];
+    int32_t rc;
+    if (!(m->link = t->link_create(m->state, mine, &rc, err, n))) return rc;
+    char who[300];
+    snprintf(who, sizeof who, "the coprocessor at %s:%d", m->r.host_name, m->r.port);
+    bl_remote_peer p = {.record = m->offered, .who = who, .same_host = m->r.same_host};
+    if ((rc = t->link_accept(m->state, m->link, &p, err, n))) return rc;
+    if (t->link_start && (rc = t->link_start(m->state, m->link, err, n))) return rc;
+    return bl_remote_connect(&m->r, mine, deadline, err, n);
+}
+
+static int32_t ctl_deliver(void *impl, uint64_t seq, uint32_t slot) {
+    struct net *m = impl;
+    int32_t rc = m->deliver(m->state, m->link, m->r.rings[0] + (size_t)slot * m->r.slot_bytes, seq, slot);
+    if (__builtin_expect(rc != BL_OK, 0)) m->r.host->error_text(m->t->failure(m->state, m->link));
+    return rc;
+}
+
+static void ctl_poll(void *impl) {
+    struct net *m = impl;
+    m->poll(m->state, m->link);
+}
+
+static int32_t ctl_alive(void *impl) {
+    struct net *m = impl;
+    if (!m->t->alive(m->state, m->link)) {
+        m->r.host->error_text(m->t->failure(m->state, m->link));
+        return 0;
+    }
+    return bl_remote_alive(&m->r);
+}
+
+/* The link of the coprocessor's current controller. One the acceptor has just admitted is
+ * taken here, on the poller, the only thread that uses links once taken: the last
+ * controller's goes now, and the new one starts on this thread. */
+static inline void *current_link(struct net *m) {
+    void *next = bl_remote_take(&m->r);
+    if (__builtin_expect(next != NULL, 0)) {
+        if (m->link) m->t->link_destroy(m->state, m->link);
+        m->link = next;
+        char err[256];
+        if (m->t->link_start && m->t->link_start(m->state, next, err, sizeof err)) bl_remote_note(&m->r, "%s", err);
+    }
+    return m->link;
+}
+
+static void cop_poll(void *impl) {
+    struct net *m = impl;
+    m->poll(m->state, current_link(m));
+}
+
+static int32_t cop_deliver(void *impl, uint64_t seq, uint32_t slot) {
+    struct net *m = impl;
+    void *link = current_link(m);
+    if (__builtin_expect(!link, 0)) return BL_EPEER;
+    return m->deliver(m->state, link, m->r.rings[1] + (size_t)slot * m->r.slot_bytes, seq, slot);
+}
+
+static const bl_remote_hooks net_hooks = {
+    .controller_deliver = ctl_deliver,
+    .controller_poll = ctl_poll,
+    .controller_alive = ctl_alive,
+    .coprocessor_deliver = cop_deliver,
+    .coprocessor_poll = cop_poll,
+};
+
+static int32_t net_establish(void *impl, bl_channel *ch, uint64_t deadline, char *err, size_t n) {
+    (void)deadline;
+    (void)err;
+    (void)n;
+    struct net *m = impl;
+    uint8_t *reply_ring = m->rings + (size_t)m->r.slots * m->r.slot_bytes;
+    m->r.received = bl_remote_establish(&m->r, ch, m->rings, reply_ring, &net_hooks, m); /* replies come after it */
+    if (m->r.role == BL_CONTROLLER && m->t->describe) {
+        char text[256] = "";
+        m->t->describe(m->state, m->link, text, sizeof text);
+        if (text[0]) bl_remote_note(&m->r, "%s", text);
+    }
+    return BL_OK;
+}
+
+static int32_t net_start(void *impl, char *err, size_t n) {
+    struct net *m = impl;
+    return bl_remote_start(&m->r, err, n);
+}
+
+static int32_t net_stop(void *impl, char *err, size_t n) {
+    (void)err;
+    (void)n;
+    struct net *m = impl;
+    bl_remote_stop(&m->r);
+    return BL_OK;
+}
+
+static void net_close(void *impl) {
+    struct net *m = impl;
+    bl_remote_close(&m->r); /* its threads are gone: the links are this thread's */
+    net_free(m);
+}
+
+static bl_backend net_backend;
+static pthread_once_t net_backend_once = PTHREAD_ONCE_INIT;
+
+static void net_backend_init(void) {
+    net_backend = (bl_backend){
+        .abi_version = BACKLINE_ABI_VERSION,
+        .name = the_transport->name,
+        .config_keys = the_transport->config_keys,
+        .open = net_open,
+        .connect = net_connect,
+        .alloc_memory = net_alloc_memory,
+        .exchange_keys = net_exchange_keys,
+        .establish_channel = net_establish,
+        .start = net_start,
+        .stop = net_stop,
+        .close = net_close,
+    };
+}
+
+const bl_backend *bl_remote_backend(const bl_remote_transport *t) {
+    const bl_remote_transport *none = NULL;
+    __atomic_compare_exchange_n(&the_transport, &none, t, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&the_transport, __ATOMIC_ACQUIRE) != t) return NULL; /* one transport per library */
+    pthread_once(&net_backend_once, net_backend_init);
+    return &net_backend;
 }

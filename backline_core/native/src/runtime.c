@@ -445,6 +445,7 @@ static int32_t open_backend(bl_session *s, int check_only) {
         .abi_version = BACKLINE_ABI_VERSION, .role = s->role, .key = s->key, .config = s->config,
         .slots = s->cfg_slots, .slot_bytes = s->cfg_slot_bytes, .session = s, .host = &host_api,
         .runs_in = s->runs_in, .check_only = check_only,
+        .timeout_ns = s->timeout_ns, .connect_timeout_ns = s->connect_timeout_ns,
     };
     char err[ERR_MAX / 2] = "";
     int32_t rc = s->be->open(&args, &s->impl, err, sizeof err);
@@ -1205,3 +1206,11 @@ int bl__pin_current_thread(int cpu) {
     CPU_SET(cpu, &set);
     return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
+BL_API int32_t bl_session_timeouts(bl_session *s, uint64_t *timeout_ms, uint64_t *connect_timeout_ms) {
+    int32_t rc = check_session(s, "session_timeouts");
+    if (rc) return rc;
+    if (timeout_ms) *timeout_ms = s->timeout_ns / 1000000ull;
+    if (connect_timeout_ms) *connect_timeout_ms = s->connect_timeout_ns / 1000000ull;
+    return BL_OK;
+}
+

@@ -45,6 +45,8 @@ REFERENCE_LABEL = "ucx_perftest ucp_am_lat (2 x one-way)"
 PERFTEST_MAX_ROUNDS = 100_000
 #: ucx_perftest computes its percentile over its last this many iterations (libperf's TIMING_QUEUE_SIZE)
 PERFTEST_WINDOW = 2048
+#: a floor median this many times ucx_perftest's means the two did not run over the same UCX transports
+REFERENCE_WARN_RATIO = 5.0
 NAME = "backline-transport-ucx"
 
 LIBRARY = FloorLibrary(os.path.join(os.path.dirname(os.path.abspath(__file__)), "native", "floor.h"), get_library,
@@ -103,6 +105,7 @@ class Floor(NativeFloor):
                  reference_rounds: int = PERFTEST_MAX_ROUNDS, **kwargs: Any) -> None:
         super().__init__(host, payload_bytes, reference_rounds=reference_rounds, **kwargs)
         self.tls = tls
+        self._block_medians: list[float] = []  # of the timed blocks, for the warning after the reference
 
     def library(self) -> FloorLibrary:
         return LIBRARY
@@ -125,9 +128,38 @@ class Floor(NativeFloor):
         return int(LIBRARY.lib.bl_ucx_floor_open(self.host.encode(), self.port, self.tls.encode(), self.payload_bytes,
                                                  self.timeout_ms, out, err, n))
 
+    def run(self, first: int, out: Any) -> None:
+        super().run(first, out)
+        if len(out):
+            import numpy as np
+
+            self._block_medians.append(float(np.median(out)))
+
+    def warning(self, figures: dict[str, Any] | None) -> str | None:
+        """One line when this floor's median is over :data:`REFERENCE_WARN_RATIO` times ucx_perftest's
+        (they did not run over the same UCX transports), else None."""
+        if not figures or not self._block_medians:
+            return None
+        import numpy as np
+
+        mine, theirs = float(np.median(self._block_medians)), float(figures["median_ns"])
+        if mine <= REFERENCE_WARN_RATIO * theirs:
+            return None
+        return (f"backline bench: warning: the ucx floor's median round trip ({mine / 1e3:.3f} us; {self.description}) "
+                f"is {mine / theirs:.1f}x ucx_perftest's ({theirs / 1e3:.3f} us): the nodes did not use the UCX "
+                "transports ucx_perftest chose (try --transport-arg tls=shm on one host)")
+
     def reference(self) -> dict[str, Any] | None:
         """``ucx_perftest -t ucp_am_lat`` on this floor's UCX transports with its payload: round trips in
-        ns (2 x its one-way figures), or None (:attr:`reference_note` says why)."""
+        ns (2 x its one-way figures), or None (:attr:`reference_note` says why). A floor far slower than
+        it is warned about on stderr (:meth:`warning`)."""
+        figures = self._reference()
+        line = self.warning(figures)
+        if line:
+            print(line, file=sys.stderr, flush=True)
+        return figures
+
+    def _reference(self) -> dict[str, Any] | None:
         if self._handle is None:
             self.reference_note = "ucx_perftest not run: the floor is not started"
             return None

@@ -219,6 +219,8 @@ BL_API int32_t bl_status_take(void);
 /* Introspection. */
 BL_API int32_t bl_session_geometry(bl_session *s, uint32_t *slots, uint32_t *slot_bytes,
                                    uint32_t *in_bytes, uint32_t *out_bytes);
+/* The session's timeout_ms and connect_timeout_ms as the core parsed them (or their defaults). */
+BL_API int32_t bl_session_timeouts(bl_session *s, uint64_t *timeout_ms, uint64_t *connect_timeout_ms);
 BL_API uint64_t bl_now_ns(void);
 
 /* Built-in coprocessor functions (see docs): echo copies the payload back; steane maps
@@ -285,6 +287,10 @@ typedef struct bl_open_args {
     const bl_host_api *host;
     int32_t runs_in;      /* bl_runs_in of the node (see bl_session_create) */
     int32_t check_only;   /* 1: bl_config_check -- read the configuration, then close */
+    /* The core's deadlines as it parsed them (timeout_ms, connect_timeout_ms, or their
+     * defaults), in ns: a backend that needs them reads them here, not from the text. */
+    uint64_t timeout_ns;
+    uint64_t connect_timeout_ns;
 } bl_open_args;
 
 /* Every hook returns a bl_status and may write a message (NUL-terminated, at most

@@ -3,7 +3,7 @@
  * the HWHS engine sends, through its register window (driver.c, window.c), to an unchanged
  * backline-transport-rdma coprocessor.
  *
- * Control plane: the core's backline/remote.h with the rdma transport's protocol (magic "BLRD",
+ * Control plane: the core's backline/sdk/remote.h with the rdma transport's protocol (magic "BLRD",
  * version 1, its 44-byte peer record from verbs.h), so the rdma coprocessor cannot tell this
  * controller from its own. The peer record this side sends describes the ERNIC queue pair
  * (QP_QPN, LOCAL_GID, ACTIVE_MTU) and the reply ring in the engine's DMA memory (the MR's
@@ -22,12 +22,12 @@
  */
 #define _GNU_SOURCE
 #include "driver.h"
-#include "verbs.h"
+#include "rdma_verbs.h"
 #include "window.h"
 
 #include <backline/backline.h>
-#include <backline/oob.h>
-#include <backline/remote.h>
+#include <backline/sdk/oob.h>
+#include <backline/sdk/remote.h>
 
 #pragma GCC visibility push(default)
 #include "fpga.h"

@@ -31,12 +31,12 @@
 #define _GNU_SOURCE
 #include "hwhs.h"
 #include "model.h"
-#include "verbs.h"
+#include "rdma_verbs.h"
 #include "wqe.h"
 
 #include <backline/backline.h>
-#include <backline/oob.h>
-#include <backline/pingpong.h>
+#include <backline/sdk/oob.h>
+#include <backline/sdk/pingpong.h>
 
 #include <arpa/inet.h>
 #include <errno.h>

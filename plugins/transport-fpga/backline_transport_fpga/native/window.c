@@ -6,7 +6,7 @@
 #define _GNU_SOURCE
 #include "window.h"
 
-#include <backline/oob.h> /* bl_oob_fail: the error helper of the backend library this is part of */
+#include <backline/sdk/oob.h> /* bl_oob_fail: the error helper of the backend library this is part of */
 
 #include <errno.h>
 #include <fcntl.h>

@@ -2,15 +2,29 @@
  * verbs.h -- what the rdma backend (rdma.c) and the bare floor (floor.c) share, so the floor
  * runs with exactly the framework's queue-pair settings: opening a device and choosing its
  * GID, registering ring memory, creating and connecting an RC queue pair, and the peer
- * record of the handshake (docs/rdma.md, "Handshake"; its TCP side is backline/oob.h).
+ * record of the handshake (docs/rdma.md, "Handshake"; its TCP side is backline/sdk/oob.h).
  * Set-up code, except the send queue's rv_post and rv_reap, which run per round and are
  * inline here for that reason.
+ *
+ * A declared, versioned API: other packages (backline-transport-fpga) build against it. They
+ * compile the sources that backline_transport_rdma.verbs_sources() names into their own
+ * library, with backline_transport_rdma.verbs_include() on the include path, and check
+ * BL_VERBS_API_VERSION at compile time:
+ *
+ *     #include "verbs.h"
+ *     #if BL_VERBS_API_VERSION != 1
+ *     #error "built for version 1 of backline-transport-rdma's verbs API"
+ *     #endif
+ *
+ * Any change to a declaration or a struct here that such a user could notice bumps it.
  */
 #ifndef BACKLINE_RDMA_VERBS_H
 #define BACKLINE_RDMA_VERBS_H
 
+#define BL_VERBS_API_VERSION 1
+
 #include <backline/backline.h>
-#include <backline/oob.h>
+#include <backline/sdk/oob.h>
 #include <infiniband/verbs.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -128,7 +142,7 @@ static inline int rv_recv_consumed(rv_qp *q, rv_recv *r, uint32_t got) {
 }
 
 /* The rdma transport's handshake magic (rdma.c); the floor's is BL_RDMA_FLOOR_MAGIC (floor.h).
- * Both use backline/oob.h's message header. */
+ * Both use backline/sdk/oob.h's message header. */
 #define RV_MAGIC_TRANSPORT 0x424c5244u /* "BLRD" */
 
 /* ---- the send queue, per round ----

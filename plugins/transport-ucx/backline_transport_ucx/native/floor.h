@@ -64,7 +64,7 @@ BL_API int32_t bl_ucx_floor_cadence(bl_ucx_floor *h, int32_t cadence, uint32_t l
                                     uint64_t gap_span_mask);
 BL_API void bl_ucx_floor_close(bl_ucx_floor *h);
 
-/* Nanoseconds per tick of the round clock (backline/pingpong.h's, calibrated once). */
+/* Nanoseconds per tick of the round clock (backline/sdk/pingpong.h's, calibrated once). */
 BL_API double bl_ucx_floor_ns_per_tick(void);
 /* Either side: the last failure's text ("" if none). */
 BL_API const char *bl_ucx_floor_error(const bl_ucx_floor *h);

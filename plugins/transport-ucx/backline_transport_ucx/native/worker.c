@@ -2,7 +2,7 @@
 #define _GNU_SOURCE
 #include "worker.h"
 
-#include <backline/oob.h>
+#include <backline/sdk/oob.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,8 +104,12 @@ int32_t ux_address_get(const uint8_t *p, uint8_t *addr, size_t *len, const char 
     return BL_OK;
 }
 
-int32_t ux_ep_open(ux_worker *w, const void *address, ucp_err_handler_cb_t on_error, void *arg, ucp_ep_h *ep,
-                   char *err, size_t n) {
+int ux_ep_reports_failure(const ux_worker *w, int same_host) {
+    return w->tls == UX_TLS_TCP || (w->tls == UX_TLS_AUTO && !same_host);
+}
+
+int32_t ux_ep_open(ux_worker *w, const void *address, int same_host, ucp_err_handler_cb_t on_error, void *arg,
+                   ucp_ep_h *ep, char *err, size_t n) {
     ucp_ep_params_t p;
     memset(&p, 0, sizeof p);
     p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -114,10 +118,10 @@ int32_t ux_ep_open(ux_worker *w, const void *address, ucp_err_handler_cb_t on_er
     p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     p.err_handler.cb = on_error;
     p.err_handler.arg = arg;
-    if (w->tls == UX_TLS_SHM) {
+    if (!ux_ep_reports_failure(w, same_host)) {
         /* UCX 1.13's shared-memory transports cannot report a failed peer (their endpoints are
-         * unreachable in that mode): over shm a dead peer is told by the out-of-band
-         * connection's closing and the deadline. */
+         * unreachable in that mode, which would leave tls=auto on TCP): a dead peer is told by
+         * the out-of-band connection's closing and the deadline. */
         p.field_mask &= ~(uint64_t)(UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER);
     }
     ucs_status_t s = ucp_ep_create(w->worker, &p, ep);

@@ -14,12 +14,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The framework's handshake magic, "BLUX" (ucx.c; the floor names it in its errors). */
+#define UX_MAGIC_TRANSPORT 0x424c5558u
+
 /* The `tls` choices: which UCX transports a worker may use (UCX_TLS). */
 enum { UX_TLS_SHM = 0, UX_TLS_TCP = 1, UX_TLS_AUTO = 2, UX_TLS_COUNT };
 /* The choice named `name` ("shm", "tcp", "auto"), or -1. */
 int ux_tls_find(const char *name);
 const char *ux_tls_name(int tls);
-/* Its UCX_TLS list ("posix,sysv,self"), or NULL for auto (UCX's own choice). */
+/* Its UCX_TLS list ("posix,sysv,self"), or NULL for auto (every transport UCX has). */
 const char *ux_tls_ucx(int tls);
 
 /* The most bytes of a worker address a handshake carries (an address grows with the
@@ -53,12 +56,17 @@ int32_t ux_address_put(const ux_worker *w, uint8_t *p, char *err, size_t n);
  * holds is BL_EPEER, naming `who`. */
 int32_t ux_address_get(const uint8_t *p, uint8_t *addr, size_t *len, const char *who, char *err, size_t n);
 
-/* An endpoint to the worker at `address`, on the thread that drives the worker. on_error(arg,
- * ...) is told when the peer fails, where the transport can tell (not over shm: UCX 1.13's
- * shared-memory endpoints are unreachable in that mode, so there the caller learns it some
- * other way). */
-int32_t ux_ep_open(ux_worker *w, const void *address, ucp_err_handler_cb_t on_error, void *arg, ucp_ep_h *ep,
-                   char *err, size_t n);
+/* An endpoint to the worker at `address`, on the thread that drives the worker; same_host: the
+ * peer runs on this host (bl_remote_same_host of the handshake's connection). on_error(arg,
+ * ...) is told when the peer fails, where the transport can tell. UCX 1.13's shared-memory
+ * transports cannot (their endpoints are unreachable in UCX's peer-failure mode, and UCX then
+ * picks TCP even between two processes of one host), so with tls=shm, and with tls=auto toward
+ * a peer on this host, the endpoint has no error handling -- UCX then takes shared memory --
+ * and the caller learns of a dead peer from the out-of-band connection's closing. */
+int32_t ux_ep_open(ux_worker *w, const void *address, int same_host, ucp_err_handler_cb_t on_error, void *arg,
+                   ucp_ep_h *ep, char *err, size_t n);
+/* Whether ux_ep_open's endpoint toward such a peer reports failures itself (on_error). */
+int ux_ep_reports_failure(const ux_worker *w, int same_host);
 /* Close an endpoint without waiting for a peer that may be gone (at most 1 s of progress). */
 void ux_ep_close(ux_worker *w, ucp_ep_h ep);
 /* The transports and devices UCX chose for an endpoint, comma-separated ("posix/memory", "tcp/lo"). */

@@ -1,10 +1,19 @@
 /*
- * backline/bench_floor.h -- the C side of a networked transport's bench floor (the Python
- * side is backline_core._bench_floor): what every bare ping-pong floor does the same way,
- * whatever carries its messages. A transport's floor embeds a bl_floor in its handle and
- * gives a bl_floor_ops of its own data path (an RDMA WRITE, a UCX active message).
+ * backline/sdk/bench_floor.h -- the C side of a networked transport's bench floor (the Python
+ * side is backline_core._bench_floor): everything a bare ping-pong floor does the same way,
+ * whatever carries its messages. A transport gives one record (bl_floor_transport: its
+ * handshake's magic, its peer record's size, its set-up and its data path: an RDMA WRITE, a
+ * UCX active message); this header owns listen, serve (the handshake and the echo), open, the
+ * rounds and close, and BL_FLOOR_EXPORTS makes the library's functions of them.
  *
- * Rounds: the initiator stages round i's echo payload (backline/pingpong.h) and the next
+ * Handshake (out of band, one TCP connection the initiator dials and keeps open; its closing
+ * ends the serve): backline/sdk/oob.h's 12-byte header with the floor's magic, then
+ *     HELLO  (1, initiator -> responder): payload_bytes (4) | flags 0 (4) | peer record
+ *     ACCEPT (2, responder -> initiator): status (4, signed) | peer record | text (160, NUL-padded)
+ * The responder aims its path at the initiator's record before it answers, so the first round
+ * finds it ready.
+ *
+ * Rounds: the initiator stages round i's echo payload (backline/sdk/pingpong.h) and the next
  * counter (1, 2, 3, ..., little-endian), waits out the cadence's gap, reads the clock, has
  * ops->send send it, and spins on ops->arrived until the reply's counter is the round's;
  * about once a millisecond it calls ops->check (the path's own failure signs), looks at
@@ -13,16 +22,17 @@
  * send back what came. A failure breaks the handle: the peer's state is unknown.
  *
  * Header-only, static inline, so that a floor's own callbacks inline into these loops (a
- * constant ops table): the floor stays bare. Needs backline/oob.h's functions (a plugin
- * compiles oob.c in: plain_library(..., oob=True)).
+ * constant record): the floor stays bare. Needs backline/sdk/oob.h's functions and
+ * bl_remote_same_host (a plugin compiles oob.c and remote.c in: plain_library(..., oob=True)).
  */
 #ifndef BACKLINE_BENCH_FLOOR_H
 #define BACKLINE_BENCH_FLOOR_H
 
 #include <backline/backline.h>
 #include <backline/bench.h>
-#include <backline/oob.h>
-#include <backline/pingpong.h>
+#include <backline/sdk/oob.h>
+#include <backline/sdk/pingpong.h>
+#include <backline/sdk/remote.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -31,6 +41,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -52,7 +63,9 @@ typedef struct bl_floor {
     uint64_t gap_base_ns, gap_span_mask;
     int stop;
     double ns_per_tick;
+    uint8_t *tx, *rx; /* the payload buffers: what the initiator sends, what the peer's messages land in */
     char error[BL_FLOOR_ERROR_BYTES];
+    uint8_t hello[BL_OOB_MAX_BODY], accept_[BL_OOB_MAX_BODY]; /* the handshake's (large: not on a stack) */
 } bl_floor;
 
 /* A floor's data path. `ctx` is the transport's handle; `tx` and `rx` are its payload buffers. */
@@ -223,52 +236,6 @@ static inline int32_t bl_floor_listen(bl_floor *f, char *err, size_t n) {
 static inline int bl_floor_stopping(const bl_floor *f) { return __atomic_load_n(&f->stop, __ATOMIC_ACQUIRE); }
 static inline void bl_floor_request_stop(bl_floor *f) { __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE); }
 
-/* Responder: pin this thread, then take ONE initiator within wait_ms (0: the connect timeout).
- * admit(ctx, fd) handshakes: 1 admitted, 0 or BL_EINVAL/BL_EPEER refused (f->error says why;
- * the next peer may be the right one), another status a local failure that ends the wait.
- * BL_OK with f->fd set, BL_OK with f->fd < 0 on a stop, or a failure. */
-static inline int32_t bl_floor_accept(bl_floor *f, uint64_t wait_ms, int32_t (*admit)(void *ctx, int fd), void *ctx) {
-    if (f->fd >= 0) return BL_FLOOR_FAIL(f, BL_ESTATE, "this floor responder has served its initiator already");
-    if (wait_ms > BL_MAX_TIMEOUT_MS)
-        return BL_FLOOR_FAIL(f, BL_EINVAL, "wait_ms %llu: give 1 to %u, or 0 for the connect timeout",
-                             (unsigned long long)wait_ms, BL_MAX_TIMEOUT_MS);
-    uint64_t wait_ns = wait_ms ? wait_ms * 1000000ull : f->connect_timeout_ns;
-    if (f->cpu >= 0) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(f->cpu, &set);
-        int e = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-        if (e) return BL_FLOOR_FAIL(f, BL_EINVAL, "cannot pin the floor responder to CPU %d: %s", f->cpu, strerror(e));
-    }
-    uint64_t deadline = bl_oob_now_ns() + wait_ns;
-    char refused[BL_FLOOR_ERROR_BYTES] = "";
-    while (f->fd < 0) {
-        if (bl_floor_stopping(f)) return BL_OK;
-        uint64_t now = bl_oob_now_ns();
-        if (now >= deadline)
-            return BL_FLOOR_FAIL(f, BL_ETIMEOUT, "no floor initiator connected to %s:%d within %llu ms%s%s", f->host,
-                                 f->port, (unsigned long long)(wait_ns / 1000000ull), *refused ? "; " : "", refused);
-        struct pollfd p = {.fd = f->listen_fd, .events = POLLIN};
-        uint64_t left_ms = (deadline - now + 999999) / 1000000;
-        int r = poll(&p, 1, left_ms > 100 ? 100 : (int)left_ms); /* short steps: a stop is seen soon */
-        if (r < 0 && errno != EINTR) return BL_FLOOR_FAIL(f, BL_EBACKEND, "poll on the floor's socket: %s", strerror(errno));
-        int fd;
-        if (r <= 0 || bl_oob_accept(f->listen_fd, &fd) != 1) continue;
-        int32_t rc = admit(ctx, fd);
-        if (rc == 1) {
-            f->fd = fd;
-            break;
-        }
-        snprintf(refused, sizeof refused, "%s", f->error);
-        close(fd);
-        if (rc < 0 && rc != BL_EINVAL && rc != BL_EPEER) return BL_FLOOR_FAIL(f, rc, "%s", refused);
-    }
-    close(f->listen_fd); /* one initiator per serve */
-    f->listen_fd = -1;
-    f->error[0] = 0;
-    return BL_OK;
-}
-
 /* Responder: echo rounds until the initiator disconnects (BL_OK), a stop (BL_OK), or a failure. */
 static inline int32_t bl_floor_echo(bl_floor *f, const bl_floor_ops *ops, void *ctx) {
     const uint64_t check = bl_pingpong_ticks_for_ns(BL_FLOOR_CHECK_NS, f->ns_per_tick);
@@ -293,15 +260,6 @@ static inline int32_t bl_floor_echo(bl_floor *f, const bl_floor_ops *ops, void *
         int32_t rc = ops->reply(ctx, want);
         if (rc) return rc;
     }
-}
-
-/* Responder: take one initiator (bl_floor_accept), then echo its rounds (bl_floor_echo). */
-static inline int32_t bl_floor_serve(bl_floor *f, uint64_t wait_ms, int32_t (*admit)(void *ctx, int fd),
-                                     const bl_floor_ops *ops, void *ctx) {
-    if (!f || !f->responder) return BL_EINVAL;
-    int32_t rc = bl_floor_accept(f, wait_ms, admit, ctx);
-    if (rc || f->fd < 0) return rc;
-    return bl_floor_echo(f, ops, ctx);
 }
 
 /* Initiator: dial the responder (retrying refusals until `deadline`); `module` is the Python
@@ -394,5 +352,202 @@ static inline int32_t bl_floor_rounds(bl_floor *f, const bl_floor_ops *ops, void
     }
     return BL_OK;
 }
+
+/* ---- the floor of a transport record: listen, serve, open, rounds, close ---- */
+
+/* A transport's floor. Its handle (handle_bytes, zeroed by the core) starts with a bl_floor.
+ * Each hook writes its failure's text into err (n bytes) and returns its status. */
+typedef struct bl_floor_transport {
+    bl_floor_protocol protocol;
+    const char *module;    /* the Python module whose `serve` starts a responder: for a dial nobody answered */
+    uint32_t record_bytes; /* the peer record HELLO and ACCEPT carry */
+    size_t handle_bytes;
+    bl_floor_ops ops;
+    /* What listen and open are given besides the common settings (a device, a tls choice), once. */
+    int32_t (*setup)(void *h, const void *args, char *err, size_t n);
+    /* The path for payload_bytes: buffers (f.tx, f.rx), queue pair. A responder's next initiator
+     * may call it again after a refusal: it replaces what an earlier call made. */
+    int32_t (*path)(void *h, uint32_t payload_bytes, char *err, size_t n);
+    /* This side's peer record (record_bytes) into out. */
+    int32_t (*record)(void *h, uint8_t *out, char *err, size_t n);
+    /* Aim the path at the peer's record; same_host: the peer runs on this host. `who` names it. */
+    int32_t (*aim)(void *h, const uint8_t *record, int same_host, const char *who, char *err, size_t n);
+    /* Free what the handle holds (not the handle), whatever step it reached. */
+    void (*release)(void *h);
+} bl_floor_transport;
+
+_Static_assert(4u + 4u + BL_FLOOR_TEXT_BYTES <= BL_OOB_MAX_BODY, "a floor message's fixed fields fit");
+
+static inline int32_t bl_floor__check_record(const bl_floor_transport *t, char *err, size_t n) {
+    if (t->record_bytes > BL_OOB_MAX_BODY - 4u - BL_FLOOR_TEXT_BYTES)
+        return bl_oob_fail(err, n, BL_EINVAL, "the %s floor's peer record of %u bytes does not fit a handshake message",
+                           t->protocol.transport, t->record_bytes);
+    return BL_OK;
+}
+
+/* Free a handle: the sockets first (the peer takes their closing as the end, not a failure). */
+static inline void bl_floor_free_handle(const bl_floor_transport *t, bl_floor *f) {
+    if (!f) return;
+    bl_floor_close_sockets(f);
+    if (t->release) t->release(f);
+    free(f);
+}
+
+/* A zeroed handle with the common settings and the transport's setup done, or NULL with rc. */
+static inline bl_floor *bl_floor__new(const bl_floor_transport *t, int responder, const char *host, int32_t port,
+                                      int32_t cpu, uint64_t timeout_ms, const void *args, int32_t *rc, char *err,
+                                      size_t n) {
+    if ((*rc = bl_floor__check_record(t, err, n))) return NULL;
+    bl_floor *f = calloc(1, t->handle_bytes);
+    if (!f) {
+        *rc = bl_oob_fail(err, n, BL_ENOMEM, "out of memory");
+        return NULL;
+    }
+    if ((*rc = bl_floor_init(f, responder, host, port, cpu, timeout_ms, err, n)) ||
+        (t->setup && (*rc = t->setup(f, args, err, n)))) {
+        bl_floor_free_handle(t, f);
+        return NULL;
+    }
+    return f;
+}
+
+/* Responder: a handle listening on host:port (port 0: any free port) after the transport's
+ * setup (args: its own). */
+static inline int32_t bl_floor_responder(const bl_floor_transport *t, const char *host, int32_t port, int32_t cpu,
+                                           uint64_t timeout_ms, const void *args, void **out, char *err, size_t n) {
+    if (!out) return bl_oob_fail(err, n, BL_EINVAL, "the %s floor's listen: out is NULL", t->protocol.transport);
+    *out = NULL;
+    int32_t rc;
+    bl_floor *f = bl_floor__new(t, 1, host, port, cpu, timeout_ms, args, &rc, err, n);
+    if (!f) return rc;
+    if ((rc = bl_floor_listen(f, err, n))) {
+        bl_floor_free_handle(t, f);
+        return rc;
+    }
+    *out = f;
+    return BL_OK;
+}
+
+/* Responder: the handshake with one connection: 1 admitted, else refused (f->error says why). */
+static inline int32_t bl_floor__admit(const bl_floor_transport *t, bl_floor *f, int fd) {
+    char *err = f->error;
+    size_t n = sizeof f->error;
+    const uint32_t hello_len = 8u + t->record_bytes, accept_len = 4u + t->record_bytes + BL_FLOOR_TEXT_BYTES;
+    uint64_t deadline = bl_oob_now_ns() + f->connect_timeout_ns;
+    memset(f->accept_, 0, accept_len);
+    int32_t rc = bl_floor_recv_msg(&t->protocol, fd, BL_FLOOR_HELLO, f->hello, hello_len, deadline, "a peer", err, n);
+    if (rc) return 0;
+    uint32_t payload = bl_oob_get32(f->hello);
+    if (bl_floor_check_payload(payload, err, n))
+        return bl_floor_refuse(&t->protocol, f, fd, BL_EINVAL, f->accept_, accept_len, deadline);
+    f->payload_bytes = payload;
+    if ((rc = t->path(f, payload, err, n)) ||
+        (rc = t->aim(f, f->hello + 8, bl_remote_same_host(fd), "the initiator", err, n)) ||
+        (rc = t->record(f, f->accept_ + 4, err, n)))
+        return bl_floor_refuse(&t->protocol, f, fd, rc, f->accept_, accept_len, deadline);
+    char why[256];
+    if ((rc = bl_floor_send_msg(&t->protocol, fd, BL_FLOOR_ACCEPT, f->accept_, accept_len, deadline, why, sizeof why)))
+        return BL_FLOOR_FAIL(f, BL_EPEER, "the initiator went away during the handshake: %s", why);
+    return 1;
+}
+
+/* Responder: pin this thread, take ONE initiator within wait_ms (0: the connect timeout; refused
+ * peers do not end the wait: the next may be the right one), then echo its rounds until it
+ * disconnects (BL_OK), a stop (BL_OK), or a failure. */
+static inline int32_t bl_floor_serve(const bl_floor_transport *t, bl_floor *f, uint64_t wait_ms) {
+    if (!f || !f->responder) return BL_EINVAL;
+    if (f->fd >= 0) return BL_FLOOR_FAIL(f, BL_ESTATE, "this floor responder has served its initiator already");
+    if (wait_ms > BL_MAX_TIMEOUT_MS)
+        return BL_FLOOR_FAIL(f, BL_EINVAL, "wait_ms %llu: give 1 to %u, or 0 for the connect timeout",
+                             (unsigned long long)wait_ms, BL_MAX_TIMEOUT_MS);
+    uint64_t wait_ns = wait_ms ? wait_ms * 1000000ull : f->connect_timeout_ns;
+    if (f->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(f->cpu, &set);
+        int e = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+        if (e) return BL_FLOOR_FAIL(f, BL_EINVAL, "cannot pin the floor responder to CPU %d: %s", f->cpu, strerror(e));
+    }
+    uint64_t deadline = bl_oob_now_ns() + wait_ns;
+    char refused[BL_FLOOR_ERROR_BYTES] = "";
+    while (f->fd < 0) {
+        if (bl_floor_stopping(f)) return BL_OK;
+        uint64_t now = bl_oob_now_ns();
+        if (now >= deadline)
+            return BL_FLOOR_FAIL(f, BL_ETIMEOUT, "no floor initiator connected to %s:%d within %llu ms%s%s", f->host,
+                                 f->port, (unsigned long long)(wait_ns / 1000000ull), *refused ? "; " : "", refused);
+        struct pollfd p = {.fd = f->listen_fd, .events = POLLIN};
+        uint64_t left_ms = (deadline - now + 999999) / 1000000;
+        int r = poll(&p, 1, left_ms > 100 ? 100 : (int)left_ms); /* short steps: a stop is seen soon */
+        if (r < 0 && errno != EINTR) return BL_FLOOR_FAIL(f, BL_EBACKEND, "poll on the floor's socket: %s", strerror(errno));
+        int fd;
+        if (r <= 0 || bl_oob_accept(f->listen_fd, &fd) != 1) continue;
+        int32_t rc = bl_floor__admit(t, f, fd);
+        if (rc == 1) {
+            f->fd = fd;
+            break;
+        }
+        snprintf(refused, sizeof refused, "%s", f->error);
+        close(fd);
+        if (rc < 0 && rc != BL_EINVAL && rc != BL_EPEER) return BL_FLOOR_FAIL(f, rc, "%s", refused);
+    }
+    close(f->listen_fd); /* one initiator per serve */
+    f->listen_fd = -1;
+    f->error[0] = 0;
+    return bl_floor_echo(f, &t->ops, f);
+}
+
+/* Initiator: a handle after the transport's setup (args: its own), dialled to the responder at
+ * host:port (retrying refusals), handshaken and aimed. */
+static inline int32_t bl_floor_open(const bl_floor_transport *t, const char *host, int32_t port,
+                                         uint32_t payload_bytes, uint64_t timeout_ms, const void *args, void **out,
+                                         char *err, size_t n) {
+    if (!out) return bl_oob_fail(err, n, BL_EINVAL, "the %s floor's open: out is NULL", t->protocol.transport);
+    *out = NULL;
+    int32_t rc = bl_floor_check_payload(payload_bytes, err, n);
+    if (rc) return rc;
+    bl_floor *f = bl_floor__new(t, 0, host, port, -1, timeout_ms, args, &rc, err, n);
+    if (!f) return rc;
+    const uint32_t hello_len = 8u + t->record_bytes, accept_len = 4u + t->record_bytes + BL_FLOOR_TEXT_BYTES;
+    f->payload_bytes = payload_bytes;
+    bl_oob_put32(f->hello, payload_bytes); /* then flags 0 */
+    uint64_t deadline = bl_oob_now_ns() + f->connect_timeout_ns;
+    char who[300];
+    snprintf(who, sizeof who, "the peer at %s:%d", f->host, f->port);
+    if ((rc = t->path(f, payload_bytes, err, n)) || (rc = t->record(f, f->hello + 8, err, n)) ||
+        (rc = bl_floor_dial(f, t->module, deadline, err, n)) ||
+        (rc = bl_floor_exchange(&t->protocol, f, f->hello, hello_len, f->accept_, accept_len, deadline, err, n)) ||
+        (rc = t->aim(f, f->accept_ + 4, bl_remote_same_host(f->fd), who, err, n))) {
+        bl_floor_free_handle(t, f);
+        return rc;
+    }
+    *out = f;
+    return BL_OK;
+}
+
+/* The library functions of a floor whose handle type is P (`typedef struct P P;` in its header,
+ * the struct starting with its bl_floor) and whose record is T: P_port, P_serve, P_stop, P_free,
+ * P_cadence, P_rounds, P_close, P_ns_per_tick, P_error -- what backline_core._bench_floor calls.
+ * The transport writes P_listen and P_open (bl_floor_responder, bl_floor_open, with its
+ * own arguments) and P_describe. */
+#define BL_FLOOR_EXPORTS(P, T)                                                                                       \
+    BL_API int32_t P##_port(const P *h) { return h ? ((const bl_floor *)h)->port : -1; }                           \
+    BL_API int32_t P##_serve(P *h, uint64_t wait_ms) {                                                              \
+        return h ? bl_floor_serve(&(T), (bl_floor *)h, wait_ms) : BL_EINVAL;                                 \
+    }                                                                                                               \
+    BL_API void P##_stop(P *h) {                                                                                    \
+        if (h) bl_floor_request_stop((bl_floor *)h);                                                                \
+    }                                                                                                               \
+    BL_API void P##_free(P *h) { bl_floor_free_handle(&(T), (bl_floor *)h); }                                      \
+    BL_API int32_t P##_cadence(P *h, int32_t cadence, uint32_t lfsr, uint64_t gap_base_ns, uint64_t gap_span_mask) { \
+        return h ? bl_floor_set_cadence((bl_floor *)h, cadence, lfsr, gap_base_ns, gap_span_mask) : BL_EINVAL;     \
+    }                                                                                                               \
+    BL_API int32_t P##_rounds(P *h, uint64_t first_round, uint64_t rounds, uint64_t *rtt_ns, bl_bench_result *res) { \
+        bl_floor *f = (bl_floor *)h;                                                                                \
+        return bl_floor_rounds(f, &(T).ops, f, f ? f->tx : NULL, f ? f->rx : NULL, first_round, rounds, rtt_ns, res); \
+    }                                                                                                               \
+    BL_API void P##_close(P *h) { bl_floor_free_handle(&(T), (bl_floor *)h); }                                     \
+    BL_API double P##_ns_per_tick(void) { return bl_floor_ns_per_tick(); }                                         \
+    BL_API const char *P##_error(const P *h) { return h ? ((const bl_floor *)h)->error : "no floor handle"; }
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * backline/oob.h -- the out-of-band side of transports whose nodes are in other processes
+ * backline/sdk/oob.h -- the out-of-band side of transports whose nodes are in other processes
  * or on other hosts: a TCP connection with deadlines and versioned handshake messages in
  * network byte order. Not part of the ABI: plugins compile backline_core/native/src/oob.c
  * into their own library (backline_core.build.plain_library(..., oob=True)), where it stays

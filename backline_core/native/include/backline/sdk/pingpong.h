@@ -1,5 +1,5 @@
 /*
- * backline/pingpong.h -- how a round trip is timed, paced and checked, shared by the core's
+ * backline/sdk/pingpong.h -- how a round trip is timed, paced and checked, shared by the core's
  * bl_bench_rounds and by every bare floor a transport's bench compares it against (the
  * shared-memory floor in bench.c, rdma's and ucx's floor.c), so that framework and floor
  * rounds are measured alike. Header-only: each library that includes it keeps its own

@@ -1,36 +1,41 @@
 /*
- * backline/remote.h -- the control plane of a coprocessor in another process or on another
- * host, for transports whose data path is their own (rdma: queue pairs; ucx: UCX endpoints).
- * Like backline/oob.h, on which it is built, it is not part of the ABI: a plugin compiles
- * backline_core/native/src/remote.c into its own library (plain_library(..., oob=True)),
- * private to it, so every networked transport speaks the same handshake one way.
+ * backline/sdk/remote.h -- a transport backend whose coprocessor is in another process or on
+ * another host, for transports whose data path is their own (rdma: queue pairs; ucx: UCX
+ * endpoints). Like backline/sdk/oob.h, on which it is built, it is not part of the ABI: a
+ * plugin compiles backline_core/native/src/remote.c into its own library
+ * (plain_library(..., oob=True)), private to it, so every networked transport speaks the same
+ * handshake and runs the same lifecycle one way.
  *
- * What it does for a transport (one `bl_remote` embedded in the transport's state):
- *   open       the keys host, port, cpu, rt_priority, connect_timeout_ms, timeout_ms; the role,
- *              runs_in and host ABI checks (bl_remote_open).
- *   controller dial + HELLO + OFFER (bl_remote_dial), CONNECT + READY (bl_remote_connect), the
- *              rings seeded with the rounds served before (bl_remote_establish), and whether the
- *              coprocessor's connection is still open (bl_remote_alive).
- *   coprocessor listen (bl_remote_listen); start (bl_remote_start): the poller thread, which
- *              serves the session, pinned and SCHED_FIFO as configured, and the acceptor thread,
- *              which takes one controller at a time through the transport's link callbacks and
- *              hands its link to the poller (bl_remote_take); bl_remote_stop / bl_remote_close.
+ * A networked transport is its data path and one record (bl_remote_transport, below): its
+ * handshake's magic and peer part, its keys, and its links (one per controller: a queue pair,
+ * an endpoint). bl_remote_backend makes the whole bl_backend of that record: open (the keys
+ * host, port, cpu, rt_priority and the core's timeouts; the role, runs_in and host ABI
+ * checks), connect (the controller dials and reads the OFFER, the coprocessor listens),
+ * alloc_memory, exchange_keys (the controller's link and CONNECT + READY), establish_channel
+ * (the rings seeded with the rounds served before), start (the coprocessor's poller thread,
+ * pinned and SCHED_FIFO as configured, and its acceptor thread, which takes one controller at
+ * a time and hands its link to the poller), stop and close; the channel's hooks call the
+ * record's deliver, poll and alive with the link of the moment.
  *
- * The handshake (docs/rdma.md, docs/ucx.md, "Handshake"): backline/oob.h's 12-byte header with
- * the transport's magic and version, then a fixed-size big-endian body:
+ * The lower layer (bl_remote_open ... bl_remote_close) stays available to a backend that
+ * uses the handshake with a data path of another shape (the FPGA controller's engine).
+ *
+ * The handshake (docs/rdma.md, docs/ucx.md, "Handshake"): backline/sdk/oob.h's 12-byte header
+ * with the transport's magic and version, then a fixed-size big-endian body:
  *   HELLO   (1) abi u32 | key[BL_KEY_MAX_LEN], NUL-padded | reserved u32
  *   OFFER   (2) status u32 | slots u32 | slot_bytes u32 | rounds served u64 | peer part | text[160]
  *   CONNECT (3) peer part
  *   READY   (4) status u32 | text[160]
  * The peer part (peer_bytes) is the transport's: what the other side needs to reach this one.
  * A connection stays open for the session's life: its closing tells each side the other has
- * gone, and the coprocessor then takes the next controller, which continues the round sequence.
+ * gone (over every data path, shared memory included), and the coprocessor then takes the
+ * next controller, which continues the round sequence.
  */
 #ifndef BACKLINE_REMOTE_H
 #define BACKLINE_REMOTE_H
 
 #include <backline/backline.h>
-#include <backline/oob.h>
+#include <backline/sdk/oob.h>
 
 #include <pthread.h>
 #include <stddef.h>
@@ -38,7 +43,8 @@
 
 #define BL_REMOTE_TEXT_BYTES 160u /* a refusal's text in OFFER and READY */
 /* The configuration keys bl_remote_open reads that a backend lists in its config_keys
- * (connect_timeout_ms and timeout_ms are the core's own). */
+ * (connect_timeout_ms and timeout_ms are the core's own: it parses them and passes the
+ * values in bl_open_args). */
 #define BL_REMOTE_CONFIG_KEYS "host", "port", "cpu", "rt_priority"
 
 /* One transport's handshake. */
@@ -78,8 +84,10 @@ typedef struct bl_remote {
     /* configuration */
     char host_name[256];
     int port, cpu, rt_priority;
-    uint64_t connect_timeout_ns, timeout_ns;
-    uint8_t *rings[2]; /* request ring, reply ring (bl_remote_establish) */
+    uint64_t connect_timeout_ns, timeout_ns; /* the core's, from bl_open_args */
+    uint8_t *rings[2];  /* request ring, reply ring (bl_remote_establish) */
+    uint64_t received;  /* frames published into this side's receive ring: the data path's count */
+    int same_host;      /* the current peer's connection joins two processes of this host */
     /* controller: the connection to its coprocessor */
     int fd;
     uint64_t base; /* rounds the coprocessor had served when this controller connected */
@@ -91,6 +99,11 @@ typedef struct bl_remote {
     char applied[256]; /* what start applied to the poller thread (pinning, SCHED_FIFO) */
 } bl_remote;
 
+/* Whether the TCP connection fd joins two processes of one host: its two ends have the same
+ * address (a loopback address, or one of this host's). A peer in another network namespace
+ * of this machine counts as another host. */
+int bl_remote_same_host(int fd);
+
 /* From a backend's open: the checks and keys above into r (which needs no other set-up and
  * holds nothing to free if this fails). Errors name proto->transport. */
 int32_t bl_remote_open(bl_remote *r, const bl_remote_protocol *proto, const bl_remote_links *links, void *arg,
@@ -100,8 +113,8 @@ void bl_remote_note(const bl_remote *r, const char *fmt, ...) __attribute__((for
 
 /* Controller: dial the coprocessor (again, when a connect is retried), send HELLO and read its
  * OFFER. A refusal is an error with the coprocessor's status and text. Its ring geometry
- * becomes r->slots and r->slot_bytes, what it has served r->base, and its peer part is copied
- * into peer (peer_bytes). */
+ * becomes r->slots and r->slot_bytes, what it has served r->base, whether it is on this host
+ * r->same_host, and its peer part is copied into peer (peer_bytes). */
 int32_t bl_remote_dial(bl_remote *r, uint64_t deadline, uint8_t *peer, char *err, size_t n);
 /* Controller: send CONNECT with this side's peer part and wait for READY. */
 int32_t bl_remote_connect(bl_remote *r, const uint8_t *peer, uint64_t deadline, char *err, size_t n);
@@ -144,5 +157,66 @@ static inline void *bl_remote_take(bl_remote *r) {
     if (__builtin_expect(__atomic_load_n(&r->next_link, __ATOMIC_ACQUIRE) == NULL, 1)) return NULL;
     return __atomic_exchange_n(&r->next_link, NULL, __ATOMIC_ACQ_REL);
 }
+
+/* ---- the whole backend of a networked transport ---------------------------------------- */
+
+/* The other side of a link, as the transport's link_accept gets it. */
+typedef struct bl_remote_peer {
+    const uint8_t *record; /* its peer part (peer_bytes): from CONNECT, or the controller's OFFER */
+    const char *who;       /* "the controller", "the coprocessor at HOST:PORT": for errors */
+    int same_host;         /* it runs on this host (bl_remote_same_host of the handshake's connection) */
+} bl_remote_peer;
+
+/* A networked transport: what it does that the others do not. `state` is the transport's own
+ * (state_bytes, zeroed, allocated by the core); `link` what its link_create made. Hooks marked
+ * optional may be NULL. Threads: open, prepare, alloc and the controller's link hooks run on the
+ * session's bring-up thread; a coprocessor's link_create, link_accept and (for a link the poller
+ * never took) link_destroy on its acceptor thread; the round hooks on the thread that runs the
+ * rounds (the controller's, the coprocessor's poller), as do link_start and link_destroy for the
+ * links the poller takes. */
+typedef struct bl_remote_transport {
+    bl_remote_protocol protocol;
+    const char *name;               /* the backend's name (bl_backend.name): "rdma" */
+    const char *const *config_keys; /* NULL-terminated: BL_REMOTE_CONFIG_KEYS and the transport's own */
+    size_t state_bytes;
+    /* open: read the transport's own keys into state (r is open: role, geometry, endpoint).
+     * Configuration only: nothing to connect, nothing shared. */
+    int32_t (*open)(void *state, bl_remote *r, const bl_open_args *a, char *err, size_t n);
+    /* connect, both roles, before the controller dials or the coprocessor listens: what the data
+     * path needs (a device, a worker). Called again when a connect is retried. */
+    int32_t (*prepare)(void *state, char *err, size_t n);
+    /* Optional: the rings' memory, `bytes` bytes (request ring, then reply ring), zeroed, into
+     * *rings; the transport frees it in release. NULL: the core allocates and frees it. */
+    int32_t (*alloc)(void *state, size_t bytes, uint8_t **rings, char *err, size_t n);
+    /* A link toward a new peer, writing this side's peer part (peer_bytes) into `record`; NULL
+     * with *rc and err set on failure. */
+    void *(*link_create)(void *state, uint8_t *record, int32_t *rc, char *err, size_t n);
+    /* Aim `link` at the other side. A failure goes back to a controller in READY. */
+    int32_t (*link_accept)(void *state, void *link, const bl_remote_peer *peer, char *err, size_t n);
+    /* Optional: on the thread that will use the link, before its first round (the controller's
+     * exchange_keys; the coprocessor's poller when it takes it). A failure must leave the link
+     * failing its rounds; the core notes err on a coprocessor. */
+    int32_t (*link_start)(void *state, void *link, char *err, size_t n);
+    void (*link_destroy)(void *state, void *link);
+    /* The round path. deliver: send the frame at `frame` (this side's ring, slot `slot`, round
+     * seq) to the same slot of the peer's ring. poll: publish what has arrived (r->received);
+     * on a coprocessor before its first controller link is NULL. alive (controller): 1, or 0
+     * when the link has failed. failure: the text of a failed deliver or alive. */
+    int32_t (*deliver)(void *state, void *link, const uint8_t *frame, uint64_t seq, uint32_t slot);
+    void (*poll)(void *state, void *link);
+    int (*alive)(void *state, void *link);
+    const char *(*failure)(void *state, void *link);
+    /* Optional: what the controller's link runs over, noted once at establish ("UCX transports:
+     * posix/memory"); "" says nothing. */
+    void (*describe)(void *state, void *link, char *out, size_t n);
+    /* Free what state holds (a device, a worker, memory of alloc's), whatever step it reached:
+     * after every link is gone and the core's threads have stopped. */
+    void (*release)(void *state);
+} bl_remote_transport;
+
+/* The backend of transport t (one per library: its entry returns this):
+ *     BL_API const bl_backend *backline_transport_backend_v1(void) { return bl_remote_backend(&transport); }
+ */
+const bl_backend *bl_remote_backend(const bl_remote_transport *t);
 
 #endif
