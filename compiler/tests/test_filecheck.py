@@ -330,3 +330,29 @@ def test_console_script_errors_are_one_line(tmp_path: Path) -> None:
         assert proc.returncode == 2, (argv, proc.stderr)
         assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("backline-opt: error: "), (argv, proc.stderr)
         assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(("args", "status"), [
+    (["%s", "-p", "inject-noise{p=x}"], 2),                 # an option of the wrong type
+    (["%s", "-p", "inject-noise{q=1}"], 2),                 # an option the pass does not have
+    (["%s", "-p", "inject-noise,,"], 2),                    # a malformed spec
+    (["%s", "-p", "cross-compile-targets{workspace=/w}"], 2),  # a string that needs quotes
+    (["%s", "-p", "nope"], 2),
+    (["%s", "--no-such-option"], 2),
+    (["%s", "-t", "no-such-target"], 2),
+    (["%S/missing.mlir"], 2),
+    (["%S"], 2),
+    (["%S/bad.mlir"], 1),                                   # the parser's diagnostic
+    (["%S/bad.mlir", "--verify-diagnostics"], 0),
+    (["%s", "-p", "encode-steane"], 1),                     # a pass's PassFailedException
+])
+def test_backline_opt_status_and_errors(args: list[str], status: int, tmp_path: Path) -> None:
+    source = HERE / "passes" / "inject-noise.mlir"
+    (tmp_path / "bad.mlir").write_text("func.func @f() {\n  func.return %x\n}\n")
+    argv = [a.replace("%s", str(source)).replace("%S", str(tmp_path)) for a in args]
+    got, out, err = _in_process(opt.main, argv, b"", merge=False)
+    assert got == status, (argv, out, err)
+    if status == 2:
+        assert err.decode().startswith("backline-opt: error: ") and err.count(b"\n") == 1 and not out, err
+    if status == 1:
+        assert b"Traceback" not in err and err.strip() and not out, err

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import ctypes
 import operator
+import re
 import shutil
 import subprocess
 import sys
 import textwrap
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -36,11 +38,22 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.ir import Block, Operation, Region
+from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import DiagnosticException, PassFailedException
 
-from backline_core import CoprocessorFunction, get_library, plugins
-from backline_core._placement import Controller, Coprocessor, Placement
-from backline_core._resolution import resolve
+from backline_core import (
+    Controller,
+    Coprocessor,
+    CoprocessorFunction,
+    Pass,
+    Placement,
+    PluginError,
+    UnknownPluginError,
+    get_library,
+    hookimpl,
+    plugins,
+    resolve,
+)
 
 BOTH = "inject-transport-session,lower-decode-to-transport"
 PTR = llvm.LLVMPointerType()
@@ -351,48 +364,21 @@ def test_compiled_setup_round_teardown() -> None:
 # -- a third-party pass, installed and scheduled by name -----------------------------------
 
 EXAMPLE_DIST = "backline-example-pass"
-
-EXAMPLE_PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "backline-example-pass"
-version = "0.0.1"
-description = "A Backline compiler pass shipped by a third party (test fixture)"
-
-[project.entry-points."backline.passes"]
-count-decodes = "backline_example_pass.plugin"
-
-[tool.setuptools]
-packages = ["backline_example_pass"]
-"""
-
-EXAMPLE_PLUGIN = '''\
-"""count-decodes: record how many bqec.decode ops the module holds."""
-
-from dataclasses import dataclass
-
-from xdsl.dialects.builtin import IntegerAttr, i64
-from xdsl.passes import ModulePass
-
-from backline_core import Pass, hookimpl
+#: the "Writing a pass" example of the compiler's documentation: these tests install and run it
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "compiler.md"
+_EXAMPLE_BLOCK = re.compile(r"<!-- example-(file: (?P<path>\S+)|run) -->\n```\w*\n(?P<body>.*?)```", re.DOTALL)
 
 
-@dataclass(frozen=True)
-class CountDecodes(ModulePass):
-    name = "count-decodes"
-
-    def apply(self, ctx, op):
-        count = sum(1 for o in op.walk() if o.name == "bqec.decode")
-        op.attributes["example.decodes"] = IntegerAttr(count, i64)
-
-
-@hookimpl
-def backline_passes():
-    return [Pass(name="count-decodes", summary="count the bqec.decode ops", load=lambda: CountDecodes)]
-'''
+def doc_example() -> tuple[dict[str, str], str]:
+    """The example's files (path -> text) and the Python snippet that uses it."""
+    files, runs = {}, []
+    for m in _EXAMPLE_BLOCK.finditer(DOCS.read_text()):
+        if m["path"]:
+            files[m["path"]] = m["body"]
+        else:
+            runs.append(m["body"])
+    assert set(files) == {"pyproject.toml", "backline_example_pass.py"} and len(runs) == 1, (sorted(files), runs)
+    return files, runs[0]
 
 
 def _pip(*args: str) -> subprocess.CompletedProcess:
@@ -403,10 +389,9 @@ def _pip(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture
 def example_pass(tmp_path: Path):
     src = tmp_path / "backline-example-pass"
-    (src / "backline_example_pass").mkdir(parents=True)
-    (src / "pyproject.toml").write_text(EXAMPLE_PYPROJECT)
-    (src / "backline_example_pass" / "__init__.py").write_text("")
-    (src / "backline_example_pass" / "plugin.py").write_text(EXAMPLE_PLUGIN)
+    src.mkdir()
+    for name, text in doc_example()[0].items():
+        (src / name).write_text(text)
     try:
         proc = _pip("install", "--no-build-isolation", "--no-index", "--no-deps", str(src))
         assert proc.returncode == 0, f"pip install failed:\n{proc.stdout}\n{proc.stderr}"
@@ -448,6 +433,50 @@ def test_third_party_pass_through_the_entry_point(example_pass: None, tmp_path: 
     assert before.returncode == after.returncode == 0, before.stderr + after.stderr
     assert "example.decodes = 3 : i64" in before.stdout and "transport.post" in before.stdout
     assert "example.decodes = 0 : i64" in after.stdout
+
+
+def test_the_documented_pass_example_runs(example_pass: None) -> None:
+    # a fresh interpreter: entry points are read at start-up
+    proc = subprocess.run([sys.executable, "-c", doc_example()[1]], check=False, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_pass_class_must_carry_its_records_name() -> None:
+    @dataclass(frozen=True)
+    class Misnamed(ModulePass):
+        name = "not-the-record"
+
+        def apply(self, ctx, op) -> None:
+            pass
+
+    class Plugin:
+        @hookimpl
+        def backline_passes(self) -> list[Pass]:
+            return [Pass(name="misnamed-test-pass", summary="a record whose class has another name",
+                         load=lambda: Misnamed)]
+
+    plugin = Plugin()
+    plugins.register(plugin, name="misnamed-test-pass")
+    try:
+        with pytest.raises(PluginError, match="its class .*Misnamed is named 'not-the-record'; set name = "
+                                              "'misnamed-test-pass'"):
+            pipeline.make("misnamed-test-pass")
+    finally:
+        plugins.unregister(plugin)
+
+
+def test_an_unknown_pass_is_an_unknown_plugin_error() -> None:
+    with pytest.raises(UnknownPluginError, match="(?s)unknown pass .no-such-pass.. Installed passes:.*inject-noise"):
+        pipeline.from_spec("inject-noise,no-such-pass")
+    with pytest.raises(UnknownPluginError):
+        pipeline.make("no-such-pass")
+    with pytest.raises(TypeError, match=r"pass 'inject-noise' has no options \['q'\]; its options: p"):
+        pipeline.make("inject-noise", q=1)
+    with pytest.raises(ValueError, match="pass pipeline 'inject-noise{'"):
+        pipeline.from_spec("inject-noise{")
+    with pytest.raises(TypeError, match="sequence of ModulePass instances"):
+        pipeline.run(pipeline.parse("builtin.module {}"), "inject-noise")
 
 
 def test_third_party_pass_is_gone_after_uninstall() -> None:
