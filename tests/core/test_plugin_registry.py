@@ -405,7 +405,7 @@ def test_a_hook_with_arguments_backline_does_not_pass_is_a_plugin_error():
 
 
 def test_every_kind_has_a_hook():
-    assert set(RECORD_TYPES) == {"transport", "decoder", "executor", "pass", "device", "driver", "command"}
+    assert set(RECORD_TYPES) == {"transport", "decoder", "executor", "pass", "device", "driver", "command", "builder"}
     for kind, (_, hook) in RECORD_TYPES.items():
         assert hasattr(plugins.registry().pm.hook, hook), kind
 
