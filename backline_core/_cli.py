@@ -24,7 +24,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn
 
 from ._errors import BacklineError
-from ._hookspecs import HARDWARE
+from ._hookspecs import RECORD_TYPES
 from ._process import StopWatch  # early: it notes this process's parent as ``coprocessor serve`` starts
 
 
@@ -123,7 +123,7 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     # row for each part, its name repeated, saying what that part serves.
     name_width = max(len(r.name) for r in rows)
     origin_width = max(len(f"{r.distribution} {r.version}".strip()) for r in rows)
-    for kind in ("transport", "decoder", "executor", "pass", "device", "driver", "command"):
+    for kind in RECORD_TYPES:
         kind_rows = sorted((r for r in rows if r.kind == kind), key=lambda r: (r.name, r.distribution))
         if not kind_rows:
             continue

@@ -41,6 +41,7 @@ ENTRY_POINT_GROUPS: Mapping[str, str] = MappingProxyType(
         "backline.devices": "device",
         "backline.drivers": "driver",
         "backline.commands": "command",
+        "backline.builders": "builder",
     }
 )
 
@@ -148,8 +149,8 @@ class Decoder:
     summary: str
     build: Callable[..., Any]
     hardware: tuple[str, ...] = ("cpu",)
-    distribution: str = ""
     bench_payloads: PayloadGenerator | None = None
+    distribution: str = ""
 
     def describe(self) -> str:
         return f"runs on {', '.join(self.hardware)}"
@@ -219,6 +220,17 @@ class Command(_Loadable):
     """
 
 
+class ObjectBuilder(_Loadable):
+    """Builds the native object an executor runs for a coprocessor (the compiler registers one).
+
+    ``load()`` returns ``build(node, *, in_bytes, out_bytes, workspace) -> (object_path, symbols)``:
+    ``node`` is the :class:`~backline_core.ResolvedNode` of a coprocessor with ``runs_in ==
+    "executor"``, the object is a relocatable ELF for the executor's target written under
+    ``workspace``, and ``symbols`` maps the roles the executor looks up to their symbol names.
+    An executor plugin finds the builder through the registry, so it never imports the compiler.
+    """
+
+
 #: kind -> (record type, hook name)
 RECORD_TYPES: Mapping[str, tuple[type, str]] = MappingProxyType(
     {
@@ -229,6 +241,7 @@ RECORD_TYPES: Mapping[str, tuple[type, str]] = MappingProxyType(
         "device": (Device, "backline_devices"),
         "driver": (RoundDriver, "backline_drivers"),
         "command": (Command, "backline_commands"),
+        "builder": (ObjectBuilder, "backline_builders"),
     }
 )
 
@@ -263,3 +276,7 @@ class BacklineSpecs:
     @hookspec
     def backline_commands(self) -> Sequence[Command]:
         """``backline`` subcommands this plugin provides."""
+
+    @hookspec
+    def backline_builders(self) -> Sequence[ObjectBuilder]:
+        """Builders of the objects executors run, this plugin provides."""

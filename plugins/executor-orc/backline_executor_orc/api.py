@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from backline_core import PlacementError, ResolvedNode, TransportError
+from backline_core import PlacementError, ResolvedNode, TransportError, plugins
 from backline_core.sdk import check, ffi, lib
 
 
@@ -79,7 +79,8 @@ class ExecutorRun:
             from .handle import configure_client
 
             configure_client(self.address, str(options["secret_file"]))
-            self.object_path, self.symbols = _build(node, in_bytes, out_bytes, self._workspace)
+            self.object_path, self.symbols = build_object(node, in_bytes=in_bytes, out_bytes=out_bytes,
+                                                          workspace=self._workspace)
             self._session = open_session(self.address)
             check(lib.bl_executor_send_binary(self._session, self.object_path.encode()))
             launch_status(self._session, self.symbols["up"], self.object_path,
@@ -122,12 +123,14 @@ def start_coprocessor(node: ResolvedNode, *, in_bytes: int, out_bytes: int) -> E
     return ExecutorRun(node, in_bytes=in_bytes, out_bytes=out_bytes)
 
 
-def _build(node: ResolvedNode, in_bytes: int, out_bytes: int, workspace: str) -> tuple[str, dict[str, str]]:
-    try:
-        from backline_compiler.executor_objects import coprocessor_object
-    except ImportError as exc:
+def build_object(node: ResolvedNode, *, in_bytes: int, out_bytes: int, workspace: str) -> tuple[str, dict[str, str]]:
+    """The node's object, from the installed object builder (backline-compiler registers one)."""
+    builders = list(plugins.names("builder"))
+    if not builders:
         raise PlacementError(
-            f"coprocessor {node.name!r} runs in an executor: building its code needs backline-compiler on this "
-            f"machine (pip install backline-compiler; the executor's machine does not need it) [{exc}]"
-        ) from None
-    return coprocessor_object(node, in_bytes=in_bytes, out_bytes=out_bytes, workspace=workspace)
+            f"coprocessor {node.name!r} runs in an executor: building its code needs an object builder on this "
+            "machine (pip install backline-compiler, which registers one; the executor's machine does not need it)")
+    if len(builders) > 1:
+        raise PlacementError(f"several object builders are installed ({', '.join(builders)}); keep one")
+    build = plugins.get("builder", builders[0]).load()
+    return build(node, in_bytes=in_bytes, out_bytes=out_bytes, workspace=workspace)

@@ -121,16 +121,17 @@ def _p(values: list[float], q: float) -> float:
 
 
 def _decoder_object(executor: Executor, workspace: str) -> str | None:
-    """The object deploy ships for a steane coprocessor over memcpy (needs backline-compiler)."""
-    try:
-        from backline_compiler.executor_objects import coprocessor_object
-    except ImportError:
-        return None
-    from backline_core import Controller, Coprocessor, Placement, resolve
+    """The object deploy ships for a steane coprocessor over memcpy (None without an object builder,
+    which backline-compiler registers)."""
+    from backline_core import Controller, Coprocessor, Placement, plugins, resolve
 
+    from .api import build_object
+
+    if not list(plugins.names("builder")):
+        return None
     node = Coprocessor(name=f"bench-exec-{os.getpid()}", coprocessor_fn="steane", executor=executor)
     resolved = resolve(Placement(controller=Controller(), transport="memcpy", coprocessors=[node]))
-    path, _ = coprocessor_object(resolved.coprocessors[0], in_bytes=1, out_bytes=1, workspace=workspace)
+    path, _ = build_object(resolved.coprocessors[0], in_bytes=1, out_bytes=1, workspace=workspace)
     return path
 
 

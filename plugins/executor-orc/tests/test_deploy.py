@@ -177,3 +177,26 @@ def test_a_killed_controller_leaves_neither_executor_nor_its_secret():
         assert not Path(folder).exists(), f"{folder} (the executor's secret and log) was left behind"
     finally:
         controller.kill(10)
+
+
+def test_the_executor_plugin_never_imports_the_compiler():
+    """It finds the object builder through the registry (the compiler registers it)."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "backline_executor_orc"
+    imports = [f"{path.name}:{node.lineno}" for path in package.glob("*.py")
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, (ast.Import, ast.ImportFrom))
+               and any((a.name if isinstance(node, ast.Import) else node.module or "").startswith("backline_compiler")
+                       for a in node.names)]
+    assert not imports, f"backline_executor_orc imports backline_compiler at {imports}"
+    assert "coprocessor-object" in plugins.names("builder")
+
+
+def test_without_an_object_builder_the_error_says_what_to_install(executor, monkeypatch):
+    from backline_executor_orc import api
+
+    monkeypatch.setattr(api.plugins, "names", lambda kind: [] if kind == "builder" else plugins.names(kind))
+    with pytest.raises(PlacementError, match=r"needs an object builder.*pip install backline-compiler"):
+        with deploy(_placement(executor, _key("nobuilder")), in_bytes=1, out_bytes=1):
+            pass
