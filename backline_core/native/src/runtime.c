@@ -899,6 +899,10 @@ BL_API int32_t bl_post(bl_session *s) {
     return BL_OK;
 }
 
+/* How long a wait spins before it also yields the CPU each time it looks at the clock: longer than
+ * any round on a CPU of its own, far shorter than a scheduler time slice (milliseconds). */
+#define BL_SPIN_BEFORE_YIELD_NS 20000u
+
 /* Wait for the reply to the oldest in-flight round; return its header. */
 static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header **out) {
     if (BL_UNLIKELY(s->posted == s->collected))
@@ -912,7 +916,7 @@ static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header
         /* The clock is read only every 256 spins, not before the first: a clock read costs
          * ~20 ns here, and a reply that lands during it would be seen that much later. The
          * deadline thus starts a few hundred spins late, well under a microsecond. */
-        uint64_t deadline = 0, next_alive = 0;
+        uint64_t deadline = 0, next_alive = 0, yield_after = 0;
         for (uint32_t spins = 1;; ++spins) {
             bl_cpu_relax();
             if (s->ch.poll) s->ch.poll(s->ch.impl);
@@ -922,6 +926,7 @@ static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header
                 if (!deadline) {
                     deadline = now + s->timeout_ns;
                     next_alive = now + 1000000;
+                    yield_after = now + BL_SPIN_BEFORE_YIELD_NS;
                 } else if (now > deadline) {
                     s->collected = s->posted; /* the round is lost; do not wait on it again */
                     return fail(BL_ETIMEOUT, "%s (controller '%s'): no reply to round %llu within %llu ms; the coprocessor is silent or dead",
@@ -932,6 +937,10 @@ static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header
                     return fail(BL_ESTATE, "%s (controller '%s'): the session was stopped by another thread while waiting for round %llu",
                                 call, s->key, (unsigned long long)seq);
                 }
+                /* A reply this late may be held up by a coprocessor thread that shares this CPU (a poller
+                 * pinned where the scheduler also put this thread): give it the CPU rather than spin
+                 * out a whole time slice. With nothing else runnable here this returns at once. */
+                if (now > yield_after) sched_yield();
                 if (s->ch.peer_alive && now > next_alive) {
                     next_alive = now + 1000000;
                     tl_error[0] = 0;
@@ -1116,6 +1125,8 @@ BL_API int32_t bl_serve(bl_session *s) {
             if (s->ch.doorbell && s->idle_spin_ns >= 0 && now - idle_since > (uint64_t)s->idle_spin_ns) {
                 doorbell_sleep(s);
                 spins = 0;
+            } else if (now - idle_since > BL_SPIN_BEFORE_YIELD_NS) {
+                sched_yield(); /* idle: a controller sharing this CPU gets it now, not at the slice's end */
             }
         }
     }
@@ -1200,12 +1211,6 @@ BL_API int32_t bl_session_geometry(bl_session *s, uint32_t *slots, uint32_t *slo
     return BL_OK;
 }
 
-int bl__pin_current_thread(int cpu) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-}
 BL_API int32_t bl_session_timeouts(bl_session *s, uint64_t *timeout_ms, uint64_t *connect_timeout_ms) {
     int32_t rc = check_session(s, "session_timeouts");
     if (rc) return rc;
@@ -1214,3 +1219,9 @@ BL_API int32_t bl_session_timeouts(bl_session *s, uint64_t *timeout_ms, uint64_t
     return BL_OK;
 }
 
+int bl__pin_current_thread(int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
