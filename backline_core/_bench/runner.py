@@ -209,7 +209,7 @@ def _run_here(cfg: BenchConfig, part: Any, function: CoprocessorFunction, init_a
     # Only keys the transport declares: pinning is a transport's own setting, not the core's.
     if cfg.coprocessor_cpu is not None and "cpu" in part.init_args and runs_in != "controller-thread":
         init_args["cpu"] = cfg.coprocessor_cpu
-    endpoint = Endpoint(host=cfg.host, port=free_port(cfg.host)) if part.needs_endpoint else None
+    endpoint = Endpoint(host=cfg.host, port=_free_port(cfg.host)) if part.needs_endpoint else None
     with contextlib.ExitStack() as stack:
         executor = stack.enter_context(_local_executor()) if runs_in == "executor" else None
         name = f"bench-{os.getpid()}"
@@ -296,6 +296,13 @@ def _local_executor() -> Any:
     if not names:
         raise BacklineError("--runs-in executor needs an executor plugin: pip install backline-executor-orc")
     return plugins.get("executor", names[0]).load().local_executor()
+
+
+def _free_port(host: str) -> int:
+    try:
+        return free_port(host)
+    except BacklineError as exc:  # the address is the option's
+        raise BacklineError(f"--host {exc}") from None
 
 
 def _checked_floor(cfg: BenchConfig, floor: Any) -> BenchFloor:
