@@ -181,7 +181,7 @@ class Responder(ChildProcess):
         from ._deployment import child_environment, interpreter
 
         super().__init__([*interpreter(), "-m", module, "serve", *args, "--parent-pid", str(os.getpid())],
-                         name=f"the {name} floor responder", env=child_environment(), ready=r"^ready port=(\d+)")
+                         name="the floor responder", env=child_environment(), ready=r"^ready port=(\d+)")
         self.floor = name
         self.paused = False
         self._closed = False

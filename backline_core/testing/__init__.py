@@ -41,7 +41,6 @@ and starts nothing until it is called.
 from __future__ import annotations
 
 import os
-import select
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -50,7 +49,8 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from .._device import BELL_PROGRAM
-from .._process import children, free_port, gone
+from .._errors import BacklineError
+from .._process import ChildProcess, children, free_port, gone
 
 __all__ = ["BELL_PROGRAM", "CliResult", "ServeProcess", "TransportUnderTest", "children_running", "endpoint_config",
            "free_port", "gone", "one_line", "run_cli", "shm_segments", "usage_error"]
@@ -259,57 +259,37 @@ class ServeProcess:
             self.command += ["--fn", fn]
         self._stderr = stderr
         self.start_timeout = start_timeout
-        self.proc: subprocess.Popen[str] | None = None
+        self.child: ChildProcess | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.ready = ""
 
     def __enter__(self) -> ServeProcess:
-        self.proc = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+        stderr = None if self._stderr == subprocess.PIPE else self._stderr
+        self.child = ChildProcess(self.command, name=f"coprocessor serve ({' '.join(self.command)})", stderr=stderr,
+                                  ready=r"^ready\b.*")
+        self.proc = self.child.proc
         try:
-            readable, _, _ = select.select([self.proc.stdout], [], [], self.start_timeout)
-            self.ready = self.proc.stdout.readline() if readable else ""
-            if not self.ready.startswith("ready"):
-                exited = self.proc.poll()
-                if exited is None and readable and not self.ready:  # its stdout closed: it is exiting
-                    try:
-                        exited = self.proc.wait(5)
-                    except subprocess.TimeoutExpired:
-                        pass
-                self._end()
-                how = f"exited with status {exited}" if exited is not None else \
-                    f"did not say ready within {self.start_timeout} s"
-                raise AssertionError(f"{' '.join(self.command)} did not start: it {how}; stdout {self.ready!r}, "
-                                     f"stderr {self._said()!r}")
+            self.ready = self.child.wait_ready(self.start_timeout).group(0) + "\n"
+        except BacklineError as exc:
+            self.__exit__()
+            raise AssertionError(f"{' '.join(self.command)} did not start: {exc}; it said {self._said()!r}") from None
         except BaseException:
             self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is None:
-            return
-        self._end()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
+        if self.child is not None:  # SIGTERM first: a coprocessor then removes what it made (memcpy's segment)
+            self.child.terminate(10.0)
 
     def _said(self) -> str:
-        """What the child wrote on stderr (a pipe, or the file it was given)."""
-        if self.proc.stderr is not None:
-            return self.proc.stderr.read()
+        """What the child wrote (its last lines; its stderr file, if it was given one)."""
+        said = "\n".join(self.child.output_tail()) if self.child is not None else ""
         name = getattr(self._stderr, "name", None)
         if isinstance(name, str):
             try:
                 self._stderr.flush()
-                return Path(name).read_text()
+                said += Path(name).read_text()
             except (OSError, ValueError):
                 pass
-        return "(its stderr went elsewhere)"
-
-    def _end(self) -> None:
-        if self.proc.poll() is None:  # SIGTERM first: a coprocessor then removes what it made (memcpy's segment)
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.proc.wait(30)
+        return said
