@@ -21,7 +21,7 @@ from backline_transport_rdma.cli import NO_DEVICES
 from backline_transport_rdma.devices import MISSING
 
 from backline_core import Controller, Coprocessor, Endpoint, Placement, PlacementError, TransportError, resolve
-from backline_core.sdk import ROLES, c_string, check, lib, runs_in_code
+from backline_core.sdk import c_string, check, lib, runs_in_code
 
 BACKLINE = os.path.join(os.path.dirname(sys.executable), "backline")
 ENDPOINT = Endpoint(host="127.0.0.1", port=18515)
@@ -183,6 +183,6 @@ def test_a_coprocessor_in_the_controllers_process_is_refused(runs_in):
 def test_the_backend_itself_refuses_a_coprocessor_in_the_controllers_process(runs_in):
     """A C caller skips the plugin's runs_in declaration; the backend's own check says why."""
     with pytest.raises(TransportError, match="rdma joins processes") as info:
-        check(lib.bl_config_check(c_string(get_library(), "library"), ROLES["coprocessor"], c_string("dec", "key"),
+        check(lib.bl_config_check(c_string(get_library(), "library"), lib.BL_COPROCESSOR, c_string("dec", "key"),
                                   c_string("host=127.0.0.1;port=18515", "config"), runs_in_code("coprocessor", runs_in)))
     assert info.value.status == "BL_EINVAL"
