@@ -1,6 +1,6 @@
-"""The core's built-in coprocessor functions and device, registered through the same entry
+"""The core's built-in coprocessor functions, device and commands, registered through the same entry
 points as any plugin (``backline.decoders``: ``echo`` and ``steane``; ``backline.devices``:
-``null``)."""
+``null``; ``backline.commands``: ``plugins``, ``bench``, ``coprocessor``, ``executor``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from ._coprocessor_function import CoprocessorFunction
-from ._hookspecs import Decoder, Device, hookimpl
+from ._hookspecs import Command, Decoder, Device, hookimpl
 from ._abi import get_library
 
 
@@ -62,4 +62,23 @@ def backline_devices() -> list[Device]:
     return [
         Device(name="null", summary="accepts every valid operation and does nothing; measurements give 0",
                load=null_device_library, pennylane_devices=("null.qubit",)),
+    ]
+
+
+def _cli(name: str) -> Any:
+    from . import _cli
+
+    return getattr(_cli, f"{name}_main")
+
+
+@hookimpl
+def backline_commands() -> list[Command]:
+    return [
+        Command(name="plugins", summary="list installed plugins, what they serve, and load errors",
+                load=lambda: _cli("plugins")),
+        Command(name="bench", summary="round-trip benchmark; prints framework/floor ratios", load=lambda: _cli("bench")),
+        Command(name="coprocessor", summary="serve a coprocessor over a transport (backline coprocessor serve)",
+                load=lambda: _cli("coprocessor")),
+        Command(name="executor", summary="run an executor server (needs an executor plugin)",
+                load=lambda: _cli("executor")),
     ]

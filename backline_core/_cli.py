@@ -1,15 +1,15 @@
-"""The ``backline`` command line.
+"""The ``backline`` command line: every subcommand is a command record (``backline.commands``).
 
     backline plugins                      list installed plugins and load errors
     backline bench [options]              round-trip benchmark against the bare floor
     backline coprocessor serve --key K    serve a coprocessor over a transport until signalled
     backline executor serve [options]     run an executor server (needs an executor plugin)
-    backline demo ghz [options]           the paper's Listing 3 (needs backline-compiler[frontend])
-    backline NAME [args]                  a command a plugin adds (``backline plugins`` lists them),
-                                          e.g. ``backline rdma devices``
+    backline NAME [args]                  a command another plugin adds (``backline plugins`` lists them),
+                                          e.g. ``backline demo ghz`` (backline-compiler), ``backline rdma devices``
 
-Every error, the command line's own included, is one line on stderr,
-``backline: error: ...``, and exit status 2.
+The core's own four are records of :mod:`backline_core._builtins`, like any plugin's. Every
+error, the command line's own included, is one line on stderr, ``backline: error: ...``, and
+exit status 2.
 """
 
 from __future__ import annotations
@@ -222,13 +222,12 @@ def _detach_stdout() -> None:
     os.close(devnull)
 
 
-# -- demo -------------------------------------------------------------------------------------
+# -- executor ---------------------------------------------------------------------------------
 
-def _cmd_executor(args: argparse.Namespace) -> int:
+def _cmd_executor(argv: list[str]) -> int:
     """``backline executor [--kind NAME] ARGS``: hand ARGS to an executor plugin's command line."""
     from . import _plugins as plugins
 
-    argv = list(args.executor_args)
     kind = None
     if argv[:1] == ["--kind"]:
         if len(argv) < 2:
@@ -246,43 +245,36 @@ def _cmd_executor(args: argparse.Namespace) -> int:
     return int(plugins.get("executor", kind).load().cli(argv))
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    import importlib
-
-    try:
-        demos = importlib.import_module("backline_compiler.demos")
-    except ImportError as exc:
-        _fail(f"demo: the demos live in backline-compiler ({exc}); install it with its frontend: "
-              "pip install 'backline-compiler[frontend]'")
-        return 2
-    module = demos.DEMOS.get(args.name)
-    if module is None:
-        _fail(f"demo: unknown demo {args.name!r}; available: {', '.join(demos.DEMOS)}")
-        return 2
-    return importlib.import_module(f"backline_compiler.demos.{module}").main(args.demo_args)
+def _parser(name: str, description: str, **options: Any) -> Parser:
+    return Parser(prog=f"backline {name}", description=description, **options)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from ._abi import lib
-    from ._bench.config import HelpFormatter as BenchHelpFormatter, add_arguments as add_bench_options
-
-    parser = Parser(prog="backline", description="Backline: real-time QEC rounds between a controller and coprocessors.",
-                     epilog="Plugins add commands of their own (backline NAME --help); backline plugins lists them.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("plugins", help="list installed plugins, what they serve, and load errors")
+def plugins_main(argv: Sequence[str]) -> int:
+    """``backline plugins``."""
+    p = _parser("plugins", "List the installed plugins, what each serves, and load errors.")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--strict", action="store_true", help="exit 1 if any plugin failed to load")
     p.set_defaults(func=_cmd_plugins)
+    return run_command(p, argv)
 
-    b = sub.add_parser("bench", help="round-trip benchmark; prints framework/floor ratios",
-                       formatter_class=BenchHelpFormatter)
+
+def bench_main(argv: Sequence[str]) -> int:
+    """``backline bench``."""
+    from ._bench.config import HelpFormatter as BenchHelpFormatter, add_arguments as add_bench_options
+
+    b = _parser("bench", "Round-trip benchmark; prints framework/floor ratios.", formatter_class=BenchHelpFormatter)
     add_bench_options(b)  # one per field of BenchConfig, its defaults
     b.add_argument("--json", metavar="FILE", help="write the statistics as JSON (checked writable before the run)")
     b.add_argument("--plot", metavar="FILE.png", help="draw the time series and CCDF (needs matplotlib)")
     b.set_defaults(func=_cmd_bench)
+    return run_command(b, argv)
 
-    c = sub.add_parser("coprocessor", help="coprocessor processes")
+
+def coprocessor_main(argv: Sequence[str]) -> int:
+    """``backline coprocessor serve``."""
+    from ._abi import lib
+
+    c = _parser("coprocessor", "Coprocessor processes.")
     csub = c.add_subparsers(dest="coprocessor_command", required=True)
     s = csub.add_parser("serve", help="serve a coprocessor session until SIGTERM/SIGINT/SIGHUP")
     s.add_argument("--key", required=True, help="session key the controller pairs on")
@@ -297,30 +289,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--parent-pid", type=_pid, default=None,
                    help="exit when this process exits (deploy and bench pass their own pid)")
     s.set_defaults(func=_cmd_serve)
-
-    e = sub.add_parser("executor", help="run an executor server (backline executor serve --help)", add_help=False)
-    e.add_argument("executor_args", nargs=argparse.REMAINDER, help="the executor plugin's own command line")
-    e.set_defaults(func=_cmd_executor)
-
-    d = sub.add_parser("demo", help="run a demonstration (backline demo ghz --help)", add_help=False)
-    d.add_argument("name", help="the demo: ghz")
-    d.add_argument("demo_args", nargs=argparse.REMAINDER, help="the demo's own options")
-    d.set_defaults(func=_cmd_demo)
-    return parser
+    return run_command(c, argv)
 
 
-def _plugin_command(argv: Sequence[str]) -> Any:
-    """The ``main`` of the command plugin named by argv[0], if argv[0] is no built-in command."""
-    if not argv or argv[0].startswith("-") or argv[0] in _BUILTIN_COMMANDS:
-        return None
-    from . import _plugins as plugins
-
-    if argv[0] not in plugins.names("command"):
-        return None
-    return plugins.get("command", argv[0]).load()
+def executor_main(argv: Sequence[str]) -> int:
+    """``backline executor [--kind NAME] ARGS``: ARGS go to the executor plugin's own command line."""
+    try:
+        return _cmd_executor(list(argv))
+    except (BacklineError, OSError) as exc:
+        _fail(str(exc) or type(exc).__name__)
+        return 2
 
 
-_BUILTIN_COMMANDS = ("plugins", "bench", "coprocessor", "executor", "demo")
+def _usage(commands: Sequence[Any]) -> str:
+    width = max((len(c.name) for c in commands), default=0)
+    rows = "\n".join(f"  {c.name:<{width}}  {one_line(c.summary)}" for c in commands)
+    return (f"usage: backline COMMAND [ARGS]  (backline COMMAND --help)\n\n"
+            f"Backline: real-time QEC rounds between a controller and coprocessors.\n\ncommands:\n{rows}\n")
 
 
 def run_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
@@ -332,7 +317,7 @@ def run_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
     try:
         return int(args.func(args))
-    except (BacklineError, OSError) as exc:
+    except (BacklineError, ValueError, OSError) as exc:
         _fail(str(exc) or type(exc).__name__)
         return 2
     except KeyboardInterrupt:
@@ -340,19 +325,23 @@ def run_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``backline COMMAND ARGS``: the command record named COMMAND runs with ARGS."""
+    from . import _plugins as plugins
+
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        command = _plugin_command(argv)
-        if command is not None:
-            return int(command(argv[1:]))
-    except (BacklineError, ValueError, OSError) as exc:
-        _fail(str(exc) or type(exc).__name__)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
+        names = list(plugins.names("command"))
+        if not argv:
+            _fail(f"give a command: {', '.join(names)} (see backline --help)")
+            return 2
+        if argv[0] in ("-h", "--help"):
+            print(_usage([plugins.get("command", n) for n in names]), end="")
+            return 0
+        if argv[0] not in names:
+            _fail(f"argument command: invalid choice: {argv[0]!r} (choose from {', '.join(map(repr, names))}; "
+                  "a plugin adds the others, backline plugins lists what is installed) (see backline --help)")
+            return 2
+        return int(plugins.get("command", argv[0]).load()(argv[1:]))
     except (BacklineError, ValueError, OSError) as exc:
         # What a user can fix (a value, a file, a plugin) is one line; an exception of any
         # other type is a bug and keeps its traceback.

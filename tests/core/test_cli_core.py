@@ -17,7 +17,7 @@ import pytest
 
 import backline_core._cli as backline_cli
 from backline_core import plugins
-from backline_core._hookspecs import ENTRY_POINT_GROUPS, Transport, hookimpl
+from backline_core._hookspecs import ENTRY_POINT_GROUPS, Command, Transport, hookimpl
 from backline_core._abi import lib
 from backline_core._steane import STEANE_H as STEANE_MATRIX
 
@@ -89,7 +89,7 @@ def test_plugins_help():
 
 def test_no_command_is_a_usage_error():
     proc = cli()
-    assert_one_line_error(proc.returncode, proc.stderr, "required", "command", "backline --help")
+    assert_one_line_error(proc.returncode, proc.stderr, "give a command", "bench", "plugins", "backline --help")
 
 
 # ---- one line, status 2 -------------------------------------------------------------------
@@ -486,3 +486,34 @@ def test_plugins_json_has_a_row_per_transport_part(capsys, two_part_transport):
     assert {row["distribution"] for row in rows} == {"backline-transport-cli-split",
                                                       "backline-fpga-cli-split-with-a-long-name"}
     assert all(row["serves"].startswith("serves ") for row in rows)
+
+
+# ---- every subcommand is a command record ---------------------------------------------------
+
+def test_the_core_s_own_commands_are_command_records_of_backline_core():
+    records = {r.name: r for r in plugins.listing() if r.kind == "command"}
+    for name in ("plugins", "bench", "coprocessor", "executor"):
+        assert records[name].distribution == "backline-core", records.get(name)
+
+
+def test_help_lists_every_command_record():
+    proc = cli("--help")
+    assert proc.returncode == 0, proc.stderr
+    for name in plugins.names("command"):
+        assert f"  {name} " in proc.stdout, (name, proc.stdout)
+
+
+def test_a_command_record_a_plugin_registers_is_run_with_its_arguments(capsys):
+    class Plugin:
+        @hookimpl
+        def backline_commands(self):
+            return [Command(name="cli-core-echo", summary="prints its arguments",
+                            load=lambda: lambda argv: print("got", *argv) or 7)]
+
+    plugin = Plugin()
+    plugins.register(plugin)
+    try:
+        assert backline_cli.main(["cli-core-echo", "a", "--b"]) == 7
+        assert capsys.readouterr().out == "got a --b\n"
+    finally:
+        plugins.unregister(plugin)
