@@ -356,3 +356,14 @@ def test_backline_opt_status_and_errors(args: list[str], status: int, tmp_path: 
         assert err.decode().startswith("backline-opt: error: ") and err.count(b"\n") == 1 and not out, err
     if status == 1:
         assert b"Traceback" not in err and err.strip() and not out, err
+
+
+def test_backline_opt_keeps_the_intermediate_ir(tmp_path: Path) -> None:
+    source, ir = HERE / "passes" / "inject-noise.mlir", tmp_path / "ir"
+    argv = [str(source), "-p", "inject-noise{p=0.1},convert-quantum-to-llvm", "--keep-intermediate", str(ir),
+            "-o", str(tmp_path / "out.mlir")]
+    assert _in_process(opt.main, argv, b"", merge=False)[0] == 0
+    steps = sorted(p.name for p in ir.iterdir())
+    assert steps == ["00-input.mlir", "01-inject-noise.mlir", "02-convert-quantum-to-llvm.mlir"]
+    assert "bquantum.noise" in (ir / steps[1]).read_text() and "bquantum.noise" not in (ir / steps[0]).read_text()
+    assert (ir / steps[2]).read_text().strip() == (tmp_path / "out.mlir").read_text().strip()
