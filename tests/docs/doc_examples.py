@@ -237,8 +237,8 @@ def run_shell(command: str, workdir: Path) -> subprocess.CompletedProcess[str]:
 
 
 def is_backline_command(command: str) -> bool:
-    """A ``backline ...`` command (or ``.venv/bin/backline ...``), each part of an ``&&`` chain."""
-    return all(re.fullmatch(r"(\.venv/bin/)?backline", part[0]) for part in command_parts(command))
+    """A ``backline ...`` or ``backline-opt ...`` command (or ``.venv/bin/...``), each part of an ``&&`` chain."""
+    return all(re.fullmatch(r"(\.venv/bin/)?backline(-opt)?", part[0]) for part in command_parts(command))
 
 
 def missing_from(place: Path, block: Block) -> list[str]:

@@ -52,13 +52,15 @@ def _missing(needs: list[str]) -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def loopback_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """docs/plugins.md's tutorial plugin, built from the page's listings into a directory of its own."""
-    root = tmp_path_factory.mktemp("loopback")
-    project = root / "backline-loopback-example"
-    files = [b for b in dx.blocks("docs/plugins.md") if b.example_file]
-    assert files, "docs/plugins.md has no example-file blocks"
+#: page -> the example project its ``example-file`` blocks make (the page's tutorial plugin)
+EXAMPLE_PROJECTS = {"docs/plugins.md": "backline-loopback-example", "docs/compiler.md": "backline-example-pass"}
+
+
+def _build_example(page: str, root: Path) -> Path:
+    """``page``'s example project, built from its listings, installed into a directory of its own."""
+    project = root / EXAMPLE_PROJECTS[page]
+    files = [b for b in dx.blocks(page) if b.example_file]
+    assert files, f"{page} has no example-file blocks"
     for block in files:
         path = project / block.example_file
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -67,8 +69,23 @@ def loopback_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "install",
                             "--no-build-isolation", "--no-index", "--no-deps", "--target", str(site), str(project)],
                            capture_output=True, text=True, timeout=dx.TIMEOUT_S, cwd=root)
-    assert build.returncode == 0, f"building docs/plugins.md's tutorial plugin failed:\n{build.stdout}\n{build.stderr}"
+    assert build.returncode == 0, f"building {page}'s example project failed:\n{build.stdout}\n{build.stderr}"
     return site
+
+
+@pytest.fixture(scope="session")
+def loopback_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """docs/plugins.md's tutorial plugin, built from the page's listings into a directory of its own."""
+    return _build_example("docs/plugins.md", tmp_path_factory.mktemp("loopback"))
+
+
+@pytest.fixture(scope="session")
+def example_pass_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """docs/compiler.md's example pass, built from the page's listings."""
+    return _build_example("docs/compiler.md", tmp_path_factory.mktemp("example-pass"))
+
+
+_SITES = {"docs/plugins.md": "loopback_site", "docs/compiler.md": "example_pass_site"}
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=[p.where for p in PROGRAMS])
@@ -76,7 +93,8 @@ def test_python_example(program: dx.Program, tmp_path: Path, request: pytest.Fix
     reason = _missing(program.needs)
     if reason:
         pytest.skip(reason)
-    pythonpath = [str(request.getfixturevalue("loopback_site"))] if program.page == "docs/plugins.md" else []
+    site = _SITES.get(program.page)
+    pythonpath = [str(request.getfixturevalue(site))] if site else []
     done = dx.run_program(program, tmp_path, pythonpath)
     assert done.returncode == 0, (f"the example at {program.where} ({len(program.blocks)} block(s)) failed:\n"
                                   f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
