@@ -161,7 +161,7 @@ def test_library_exports_the_api_and_no_backend_entry():
 
 
 def test_abi_version_and_status_names_agree_with_the_header():
-    assert lib.bl_abi_version() == lib.BACKLINE_ABI_VERSION == 3
+    assert lib.bl_abi_version() == lib.BACKLINE_ABI_VERSION == 4
     assert ffi.string(lib.bl_status_name(0)) == b"BL_OK"
     assert ffi.string(lib.bl_status_name(-99)) == b"BL_E?"
 

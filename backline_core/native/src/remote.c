@@ -131,8 +131,8 @@ int32_t bl_remote_open(bl_remote *r, const bl_remote_protocol *proto, const bl_r
     r->arg = arg;
     const char *t = proto->transport;
     const bl_host_api *h = a->host;
-    if (!h || h->abi_version < 3)
-        return bl_oob_fail(err, n, BL_EABI, "this backend needs Backline ABI 3 (a host with error_text)");
+    if (!h || h->abi_version < 4)
+        return bl_oob_fail(err, n, BL_EABI, "this backend needs Backline ABI 4 (a host that passes its deadlines in bl_open_args)");
     if (OFFER_HEAD + proto->peer_bytes + TEXT_BYTES > BL_OOB_MAX_BODY)
         return bl_oob_fail(err, n, BL_EINVAL, "%s: a peer part of %u bytes makes an OFFER longer than the %u a handshake "
                            "message may have", t, proto->peer_bytes, BL_OOB_MAX_BODY);

@@ -32,9 +32,11 @@ extern "C" {
  * 3: bl_host_api.error_text, so a deliver or peer_alive hook can say why it failed;
  *    bl_channel.poll, for backends whose frames arrive as completions (rdma).
  * 3.1: bl_frame_header's last field, which carries the coprocessor function's return
- *    value, is named fn_status (int64_t; it was `uint64_t reserved`): the same 8 bytes. */
-#define BACKLINE_ABI_VERSION 3
-#define BACKLINE_ABI_MINOR 1
+ *    value, is named fn_status (int64_t; it was `uint64_t reserved`): the same 8 bytes.
+ * 4: bl_open_args carries the core's round and connect deadlines (timeout_ns,
+ *    connect_timeout_ns), parsed once by the core: backends no longer read them from the text. */
+#define BACKLINE_ABI_VERSION 4
+#define BACKLINE_ABI_MINOR 0
 
 #if defined(__GNUC__)
 #define BL_API __attribute__((visibility("default")))
