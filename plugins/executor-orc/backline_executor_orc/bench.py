@@ -17,13 +17,12 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import statistics
 import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from backline_core.sdk import check, ffi, lib
+from backline_core.sdk import check, ffi, lib, summary
 
 from .api import open_session
 from .handle import Executor
@@ -115,11 +114,6 @@ def _tcp_floor(rounds: int) -> list[float]:
     return out
 
 
-def _p(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def _decoder_object(executor: Executor, workspace: str) -> str | None:
     """The object deploy ships for a steane coprocessor over memcpy (None without an object builder,
     which backline-compiler registers)."""
@@ -161,14 +155,15 @@ def measure(executor: Executor, label: str, rounds: int, obj: str, data: bytes, 
     opened, sent, remote = _shipped(executor.address, obj, rounds)
     local = _local_call(data, rounds)
     floor = _tcp_floor(rounds)
-    med_r, med_l, med_f = statistics.median(remote), statistics.median(local), statistics.median(floor)
+    r, lc, f = summary(remote, ""), summary(local, ""), summary(floor, "")
+    med_r, med_l, med_f = r["median"], lc["median"], f["median"]
     return [
         f"{label}: ready in {ready_s:.3f} s; open (connect + authenticate) {1e3 * opened:.2f} ms; "
         f"send_binary + link {1e3 * sent:.2f} ms ({len(data)} B object)",
         *lines,
-        f"{label}: sync launch i64 add1(i64), {rounds} rounds: median {med_r:.1f} us, P99 {_p(remote, 0.99):.1f} us; "
-        f"direct local call median {med_l:.2f} us, P99 {_p(local, 0.99):.2f} us; ratio (median) {med_r / med_l:.0f}x",
-        f"{label}: bare loopback TCP ping-pong (Python both sides) median {med_f:.1f} us, P99 {_p(floor, 0.99):.1f} us; "
+        f"{label}: sync launch i64 add1(i64), {rounds} rounds: median {med_r:.1f} us, P99 {r['p99']:.1f} us; "
+        f"direct local call median {med_l:.2f} us, P99 {lc['p99']:.2f} us; ratio (median) {med_r / med_l:.0f}x",
+        f"{label}: bare loopback TCP ping-pong (Python both sides) median {med_f:.1f} us, P99 {f['p99']:.1f} us; "
         f"launch / ping-pong (median) {med_r / med_f:.2f}x",
     ]
 
