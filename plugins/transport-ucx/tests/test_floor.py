@@ -15,7 +15,7 @@ import pytest
 from backline_transport_ucx import floor
 
 from backline_core import BacklineError
-from backline_core.sdk import BenchConfig
+from backline_core.sdk import BenchConfig, ChildProcess
 from backline_core.testing import children_running, gone, one_line
 
 HOST = "127.0.0.1"
@@ -112,10 +112,10 @@ def test_a_framework_coprocessor_on_the_port_is_refused_clearly() -> None:
 
 def test_the_responder_refuses_a_framework_controller_and_keeps_waiting() -> None:
     # A framework controller's HELLO ("BLUX") on the floor's port is dropped; the right initiator still gets in.
-    proc = subprocess.Popen([sys.executable, "-P", "-m", "backline_transport_ucx.floor", "serve", "--host", HOST,
-                             "--port", "0", "--tls", "shm"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = ChildProcess([sys.executable, "-P", "-m", "backline_transport_ucx.floor", "serve", "--host", HOST, "--port", "0", "--tls", "shm"],
+                        name="the floor responder", ready=r"^ready port=(\d+)")
     try:
-        port = int(proc.stdout.readline().split("port=")[1].split()[0])
+        port = int(proc.wait_ready(60).group(1))
         with socket.create_connection((HOST, port)) as s:
             s.sendall(b"BLUX\x00\x01\x00\x01\x00\x00\x00\x48" + bytes(72))
             try:
@@ -133,9 +133,7 @@ def test_the_responder_refuses_a_framework_controller_and_keeps_waiting() -> Non
         lib.bl_ucx_floor_close(out[0])
         assert proc.wait(30) == 0  # its initiator disconnected: it is done
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
+        proc.terminate()
 
 
 def test_a_responder_nobody_connects_to_gives_up_at_its_wait() -> None:

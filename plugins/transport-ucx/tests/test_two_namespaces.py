@@ -86,17 +86,17 @@ def test_rounds_cross_two_network_namespaces_over_tcp() -> None:
 def test_bench_with_a_peer_in_the_other_namespace() -> None:
     # What `backline bench --peer` needs on the peer's host: the coprocessor (key "bench") on PORT
     # and the floor's responder on PORT + 1.
-    from backline_core.sdk import FLOOR_PORT_OFFSET, PEER_KEY
+    from backline_core.sdk import FLOOR_PORT_OFFSET, PEER_KEY, ChildProcess
 
     with two_namespaces("10.204.0") as (a, b, host_b):
         with ServeProcess("ucx", PORT, "steane", key=PEER_KEY, host=host_b, wrapper=["ip", "netns", "exec", b],
                           tls="tcp"):
-            floor = subprocess.Popen(["ip", "netns", "exec", b, sys.executable, "-P", "-m",
-                                      "backline_transport_ucx.floor", "serve", "--host", host_b, "--port",
-                                      str(PORT + FLOOR_PORT_OFFSET), "--tls", "tcp", "--wait-ms", "120000"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            floor = ChildProcess(["ip", "netns", "exec", b, sys.executable, "-P", "-m",
+                                  "backline_transport_ucx.floor", "serve", "--host", host_b, "--port",
+                                  str(PORT + FLOOR_PORT_OFFSET), "--tls", "tcp", "--wait-ms", "120000"],
+                                 name="the floor responder in the other namespace")
             try:
-                assert floor.stdout.readline().startswith("ready"), floor.stderr.read()
+                floor.wait_ready(120)
                 bench = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-m", "backline_core", "bench",
                                         "--transport", "ucx", "--transport-arg", "tls=tcp", "--peer",
                                         f"{host_b}:{PORT}", "--coprocessor-fn", "steane", "--payload-bytes", "1",
@@ -106,8 +106,6 @@ def test_bench_with_a_peer_in_the_other_namespace() -> None:
                 assert bench.returncode == 0, bench.stderr
                 assert "lost: 0  mismatched replies: 0" in bench.stdout
                 assert "floor (bare UCX active-message ping-pong)" in bench.stdout
-                assert floor.wait(60) == 0, floor.stderr.read()  # its initiator disconnected: it is done
+                assert floor.wait(60) == 0, floor.output_tail()  # its initiator disconnected: it is done
             finally:
-                if floor.poll() is None:
-                    floor.kill()
-                floor.wait(30)
+                floor.terminate()

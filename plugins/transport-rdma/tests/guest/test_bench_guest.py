@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from backline_transport_rdma import floor
 
+from backline_core.sdk import ChildProcess
 from backline_core.testing import ServeProcess, free_port, gone
 
 pytestmark = pytest.mark.usefixtures("rdma_device")
@@ -79,10 +80,10 @@ def test_a_framework_coprocessor_on_the_port_is_refused_clearly() -> None:
 
 def test_the_responder_refuses_a_framework_controller_and_keeps_waiting() -> None:
     # A framework controller's HELLO ("BLRD") on the floor's port is dropped; the right initiator still gets in.
-    proc = subprocess.Popen([sys.executable, "-P", "-m", "backline_transport_rdma.floor", "serve", "--host", HOST,
-                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = ChildProcess([sys.executable, "-P", "-m", "backline_transport_rdma.floor", "serve", "--host", HOST, "--port", "0"],
+                        name="the floor responder", ready=r"^ready port=(\d+)")
     try:
-        port = int(proc.stdout.readline().split("port=")[1].split()[0])
+        port = int(proc.wait_ready(60).group(1))
         with socket.create_connection((HOST, port)) as s:
             s.sendall(b"BLRD\x00\x01\x00\x01\x00\x00\x00\x48" + bytes(72))
             try:
@@ -101,8 +102,7 @@ def test_the_responder_refuses_a_framework_controller_and_keeps_waiting() -> Non
         lib.bl_rdma_floor_close(out[0])
         assert proc.wait(30) == 0  # its initiator disconnected: it is done
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        proc.terminate()
         proc.wait(30)
 
 
@@ -138,13 +138,12 @@ def test_bench_against_a_bench_peer_runs_with_nothing_started_here(tmp_path) -> 
     # The two-host mode on one host: the peer serves the coprocessor and the floor's responder,
     # the bench starts neither. (test_two_guests.py runs it across two guests.)
     port = free_port(HOST)
-    peer = subprocess.Popen([sys.executable, "-m", "backline_core", "rdma", "bench-peer", "--host", HOST,
-                             "--port", str(port), "--fn", "steane", "--cpu", "none", "--floor-cpu", "none",
-                             "--duration", str(BENCH_TIMEOUT_S)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peer = ChildProcess([sys.executable, "-m", "backline_core", "rdma", "bench-peer", "--host", HOST,
+                         "--port", str(port), "--fn", "steane", "--cpu", "none", "--floor-cpu", "none",
+                         "--duration", str(BENCH_TIMEOUT_S)], name="rdma bench-peer", ready=r"^ready .*")
     try:
-        ready = peer.stdout.readline()
-        assert ready.startswith(f"ready peer={HOST}:{port} coprocessor=steane"), ready + peer.stderr.read()
+        ready = peer.wait_ready(120).group(0)
+        assert ready.startswith(f"ready peer={HOST}:{port} coprocessor=steane"), (ready, peer.output_tail())
         result = subprocess.run([sys.executable, "-m", "backline_core", "bench", "--transport", "rdma",
                                  "--peer", f"{HOST}:{port}", "--coprocessor-fn", "steane", "--payload-bytes", "1",
                                  "--rounds", "2000", "--block", "1000", "--no-progress", "--controller-cpu", "none"],
@@ -156,10 +155,8 @@ def test_bench_against_a_bench_peer_runs_with_nothing_started_here(tmp_path) -> 
                        "perftest not run: its server would have to run on the peer's host",
                        "lost: 0  mismatched replies: 0"):
             assert needle in result.stdout, f"{needle!r} missing from:\n{result.stdout}"
-        assert peer.wait(60) == 0, peer.stderr.read()  # the bench closed its floor: the peer's run is over
+        assert peer.wait(60) == 0, peer.output_tail()  # the bench closed its floor: the peer's run is over
     finally:
-        if peer.poll() is None:
-            peer.kill()
-        peer.wait(30)
+        peer.terminate()
     left = leftovers(b"backline_transport_rdma.floor", b"coprocessor\0serve")
     assert not left, f"left running: {left}"
