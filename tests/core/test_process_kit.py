@@ -57,6 +57,10 @@ def test_ready_line_is_matched_and_what_came_before_is_kept(child) -> None:
     """, ready=r"^ready port=(\d+) pid=(\d+)")
     match = c.wait_ready(GRACE_S)
     assert match.groups() == ("4242", str(c.pid))
+    # stderr has a reader of its own: its line may land a moment after stdout's ready line
+    deadline = time.monotonic() + GRACE_S
+    while not c.output_tail() and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert c.output_tail() == ["warming up"] and c.last_line() == "warming up"
     assert c.returncode is None
     assert c.terminate(5.0) == -signal.SIGTERM
