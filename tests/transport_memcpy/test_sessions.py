@@ -221,3 +221,20 @@ def test_soak_200k_echo_rounds(runs_in, no_new_shm):
     assert result.mismatched == 0
     assert result.framework.rtt_ns.size == 200_000 - 1
     assert result.floor.rtt_ns.size == 200_000 - 1
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to leave one to the poller")
+def test_a_controller_thread_leaves_the_cpu_of_its_pinned_poller_and_gets_it_back():
+    """Two threads spinning on one CPU took a scheduler slice (~8 ms) a round: the controller's
+    thread leaves the CPU the in-process poller is pinned to while its session runs."""
+    from backline_core import Controller, Coprocessor, Placement, deploy
+
+    before = os.sched_getaffinity(0)
+    cpu = max(before)
+    p = Placement(controller=Controller(), transport="memcpy",
+                  coprocessors=[Coprocessor(name=f"pin-{os.getpid()}", coprocessor_fn="steane", runs_in="thread",
+                                            init_args={"cpu": cpu})])
+    with deploy(p, in_bytes=1, out_bytes=1) as d:
+        assert os.sched_getaffinity(0) == before - {cpu}
+        assert d.session(f"pin-{os.getpid()}").round(bytes([0b001])) == bytes([0b001])
+    assert os.sched_getaffinity(0) == before

@@ -900,7 +900,8 @@ BL_API int32_t bl_post(bl_session *s) {
 }
 
 /* How long a wait spins before it also yields the CPU each time it looks at the clock: longer than
- * any round on a CPU of its own, far shorter than a scheduler time slice (milliseconds). */
+ * the rounds of the fast decoders on a CPU of their own, far shorter than a scheduler time slice
+ * (milliseconds); a slower round pays a sched_yield (well under a microsecond) per clock read. */
 #define BL_SPIN_BEFORE_YIELD_NS 20000u
 
 /* Wait for the reply to the oldest in-flight round; return its header. */
@@ -1107,6 +1108,9 @@ BL_API int32_t bl_serve(bl_session *s) {
     int32_t rc = bl_serve_pending(s);
     if (rc < 0) return rc;
     uint64_t idle_since = bl__now();
+    /* How often an idle loop reads the clock: every 256 spins, and every 32 once it yields, so
+     * a controller sharing this CPU gets it back within a microsecond or two of its reply. */
+    uint32_t check_mask = 255;
     for (uint32_t spins = 0; !s->stop_flag;) {
         if (s->ch.poll) s->ch.poll(s->ch.impl);
         if (ready(s, s->served + 1)) {
@@ -1116,10 +1120,11 @@ BL_API int32_t bl_serve(bl_session *s) {
             } while (ready(s, s->served + 1));
             spins = 0;
             idle_since = 0;
+            check_mask = 255;
             continue;
         }
         bl_cpu_relax();
-        if ((++spins & 1023) == 0) {
+        if ((++spins & check_mask) == 0) {
             uint64_t now = bl__now();
             if (!idle_since) idle_since = now;
             if (s->ch.doorbell && s->idle_spin_ns >= 0 && now - idle_since > (uint64_t)s->idle_spin_ns) {
@@ -1127,6 +1132,7 @@ BL_API int32_t bl_serve(bl_session *s) {
                 spins = 0;
             } else if (now - idle_since > BL_SPIN_BEFORE_YIELD_NS) {
                 sched_yield(); /* idle: a controller sharing this CPU gets it now, not at the slice's end */
+                check_mask = 31;
             }
         }
     }

@@ -89,6 +89,7 @@ struct entry {
     int refs;
     int alive;           /* the coprocessor session is still open */
     bl_session *coproc;  /* for inline delivery */
+    int cpu;             /* the CPU its poller thread is pinned to, or -1 */
     struct entry *next;
 };
 
@@ -113,6 +114,9 @@ struct mc {
     uint64_t claim;
     pthread_t thread;
     int thread_running;
+    int moved_off_cpu;    /* controller: its thread left the CPU of an in-process poller pinned there */
+    pthread_t moved_thread;
+    cpu_set_t saved_affinity;
 };
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -437,6 +441,7 @@ static int32_t coproc_connect_in_process(struct mc *m, char *err, size_t n) {
     e->refs = 1;
     e->alive = 1;
     e->coproc = m->session;
+    e->cpu = m->cpu;
     e->next = table;
     table = e;
     m->entry = e;
@@ -746,8 +751,26 @@ static int32_t mc_establish(void *impl, bl_channel *ch, uint64_t deadline, char 
     return BL_OK;
 }
 
+/* A controller thread that may run on the CPU a coprocessor's poller in this process is pinned to
+ * leaves that CPU to it: two threads spinning on one CPU take turns a scheduler slice at a time
+ * (milliseconds a round). Its affinity comes back when it stops the session. */
+static void leave_pinned_cpu(struct mc *m) {
+    if (!m->entry || m->entry->cpu < 0) return;
+    cpu_set_t cur;
+    if (pthread_getaffinity_np(pthread_self(), sizeof cur, &cur) || !CPU_ISSET(m->entry->cpu, &cur) ||
+        CPU_COUNT(&cur) < 2)
+        return;
+    m->saved_affinity = cur;
+    CPU_CLR(m->entry->cpu, &cur);
+    if (pthread_setaffinity_np(pthread_self(), sizeof cur, &cur) == 0) {
+        m->moved_off_cpu = 1;
+        m->moved_thread = pthread_self();
+    }
+}
+
 static int32_t mc_start(void *impl, char *err, size_t n) {
     struct mc *m = impl;
+    if (m->role == BL_CONTROLLER) leave_pinned_cpu(m);
     if (m->role != BL_COPROCESSOR || m->locality == LOC_INLINE) return BL_OK;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -777,6 +800,9 @@ static int32_t mc_stop(void *impl, char *err, size_t n) {
         __atomic_store_n(&m->ctl->ready, 2, __ATOMIC_RELEASE);
         if (m->entry) __atomic_store_n(&m->entry->alive, 0, __ATOMIC_RELEASE);
     }
+    if (m->moved_off_cpu && pthread_equal(pthread_self(), m->moved_thread))
+        pthread_setaffinity_np(pthread_self(), sizeof m->saved_affinity, &m->saved_affinity);
+    m->moved_off_cpu = 0;
     if (m->role == BL_CONTROLLER && m->claim && m->ctl) {
         uint64_t mine = m->claim;
         __atomic_compare_exchange_n(&m->ctl->owner, &mine, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
