@@ -10,7 +10,7 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join(HERE, "native", "include")
-HEADERS = ["backline/backline.h", "backline/bench.h", "backline/device.h", "backline/executor.h"]
+HEADERS = ["backline/backline.h", "backline/bench.h", "backline/device.h", "backline/executor.h", "backline/trust.h"]
 
 
 def cdef_from_header(text: str) -> str:

@@ -30,6 +30,11 @@ _EXPORTS: dict[str, str] = {
     "InvalidArgumentError": "_errors", "RingFullError": "_errors", "NothingPostedError": "_errors",
     "FunctionError": "_errors", "AbiError": "_errors", "NotFoundError": "_errors",
     "AuthenticationError": "_errors",
+    # the trust kit (backline/trust.h): secrets, handshake tags bound to a connection, limits
+    "SecretError": "_trust", "read_secret_file": "_trust", "generate_secret_file": "_trust",
+    "DeploymentSecret": "_trust", "new_nonce": "_trust", "address_bytes": "_trust",
+    "connection_addresses": "_trust", "transcript": "_trust", "tag": "_trust", "tags_equal": "_trust",
+    "HandshakeGate": "_trust",
     # records and the vocabulary of a placement
     "HARDWARE": "_hookspecs", "ROLES": "_hookspecs", "RUNS_IN": "_hookspecs", "REMOTE_INIT_ARGS": "_hookspecs",
     "runs_in_code": "_session", "c_string": "_session", "FORMAT": "_serialization", "QuantumDevice": "_device",
