@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import _cli
 from ._process import ChildProcess, StopWatch, describe_exit, pause, resume
 
 DEFAULT_TIMEOUT_MS = 1000  # BL_DEFAULT_TIMEOUT_MS, the framework's round deadline
@@ -113,7 +114,7 @@ def responder_parser(module: str, description: str) -> tuple[argparse.ArgumentPa
     s.add_argument("--timeout-ms", type=int, default=DEFAULT_TIMEOUT_MS, help="deadline of a blocked send")
     s.add_argument("--wait-ms", type=int, default=0, help="how long to wait for the initiator (default 0: the "
                    "connect timeout, the larger of --timeout-ms and 10 s)")
-    s.add_argument("--parent-pid", type=int, default=None, help="exit when this process exits")
+    s.add_argument("--parent-pid", type=_cli.parent_pid, default=None, help="exit when this process exits")
     return parser, s
 
 

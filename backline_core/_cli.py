@@ -97,14 +97,37 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _pid(text: str) -> int:
+def parent_pid(text: str) -> int:
+    """An argparse type for ``--parent-pid``: the id of a process that exists now (a pid past the
+    kernel's pid_max, 0 or a negative one, or one no process has, is a usage error)."""
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a process id")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process id (a positive integer)") from None
+    limit = _pid_max()
+    if not 0 < value <= limit:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a process id: give one from 1 to {limit} "
+                                         "(/proc/sys/kernel/pid_max)")
+    try:
+        os.kill(value, 0)
+    except ProcessLookupError:
+        raise argparse.ArgumentTypeError(f"{value}: no such process; give the pid of a running process "
+                                         "(whoever starts this one passes its own)") from None
+    except PermissionError:
+        pass  # it exists, and is another user's
     return value
+
+
+def _pid_max() -> int:
+    try:
+        with open("/proc/sys/kernel/pid_max") as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return 4_194_304  # PID_MAX_LIMIT on 64-bit Linux
+
+
+#: the largest ``--fn @FILE`` spec (a native function's context travels in it, hex-encoded)
+MAX_FN_SPEC_BYTES = 16 << 20
 
 
 # -- plugins ----------------------------------------------------------------------------------
@@ -158,11 +181,10 @@ def _bindings(specs: Sequence[str]) -> list[Any]:
     for spec in specs:
         shown = spec
         if spec.startswith("@"):  # the spec is in a file (long native contexts)
-            try:
-                with open(spec[1:]) as fh:
-                    spec = fh.read()
-            except OSError as exc:
-                raise BacklineError(f"--fn {shown}: cannot read the function spec: {exc}") from None
+            from ._input import read_input_text
+
+            spec = read_input_text(spec[1:], what="--fn @FILE (a coprocessor function spec)",
+                                   limit=MAX_FN_SPEC_BYTES).strip()
         if spec.startswith("{"):
             try:
                 bindings.append(CoprocessorFunction.from_dict(json.loads(spec)))
@@ -188,7 +210,30 @@ def _bindings(specs: Sequence[str]) -> list[Any]:
             if len(set(decoder_ids)) != len(decoder_ids):
                 raise BacklineError(f"--fn {shown!r}: a decoder id is repeated")
         bindings.append((load_import_path(name) if ":" in name else name, decoder_ids))
+    _check_distinct_ids(bindings)
     return bindings
+
+
+def _check_distinct_ids(bindings: Sequence[Any]) -> None:
+    """Two --fn bound to one decoder id: the second would silently replace the first."""
+    from ._coprocessor_function import CoprocessorFunction
+
+    seen: dict[int, str] = {}
+    for item in bindings:
+        fn, ids = (item, None) if isinstance(item, CoprocessorFunction) else item
+        if ids is None:
+            if isinstance(fn, CoprocessorFunction):
+                ids = fn.decoder_ids
+            elif isinstance(fn, str):
+                continue  # a decoder's declared ids are known once it is built
+            else:
+                ids = getattr(fn, "decoder_ids", (0,))
+        name = fn.name if isinstance(fn, CoprocessorFunction) else getattr(fn, "__name__", str(fn))
+        for i in ids:
+            if i in seen:
+                raise BacklineError(f"--fn: decoder id {i} is bound twice ({seen[i]} and {name}); give each "
+                                    "--fn its own ids, e.g. --fn echo@0 --fn steane@1")
+            seen[i] = name
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -286,7 +331,7 @@ def coprocessor_main(argv: Sequence[str]) -> int:
     s.add_argument("--hardware", default="cpu")
     s.add_argument("--config", default="", help="the transport's configuration, k=v;k=v")
     s.add_argument("--duration", type=_seconds, default=None, help="stop after this many seconds")
-    s.add_argument("--parent-pid", type=_pid, default=None,
+    s.add_argument("--parent-pid", type=parent_pid, default=None,
                    help="exit when this process exits (deploy and bench pass their own pid)")
     s.set_defaults(func=_cmd_serve)
     return run_command(c, argv)

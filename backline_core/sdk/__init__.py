@@ -39,7 +39,9 @@ _EXPORTS: dict[str, str] = {
     "HARDWARE": "_hookspecs", "ROLES": "_hookspecs", "RUNS_IN": "_hookspecs", "REMOTE_INIT_ARGS": "_hookspecs",
     "runs_in_code": "_session", "c_string": "_session", "FORMAT": "_serialization", "QuantumDevice": "_device",
     # the CLI: a plugin command's parser, its one main, one-line errors
-    "Parser": "_cli", "run_command": "_cli", "one_line": "_cli", "cpu_or_none": "_cli",
+    "Parser": "_cli", "run_command": "_cli", "one_line": "_cli", "cpu_or_none": "_cli", "parent_pid": "_cli",
+    # user-named input files: bounded, regular files only, never blocking
+    "InputFileError": "_input", "read_input_file": "_input", "read_input_text": "_input",
     # processes
     "CoprocessorProcess": "_deployment", "child_environment": "_deployment", "start_process": "_deployment",
     "ChildProcess": "_process", "StopWatch": "_process", "proc_state": "_process", "children": "_process",

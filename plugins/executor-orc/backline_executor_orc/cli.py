@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="shared library to load (RTLD_GLOBAL) for objects' undefined symbols and CALL; repeatable")
     serve.add_argument("--allow-remote", action="store_true",
                        help="allow binding a non-loopback address (anyone who can reach it may try to authenticate)")
-    serve.add_argument("--parent-pid", type=int, metavar="PID", help="stop when this process exits")
+    serve.add_argument("--parent-pid", type=__import__("backline_core.sdk", fromlist=["parent_pid"]).parent_pid, metavar="PID", help="stop when this process exits")
     serve.add_argument("--max-sessions", type=int, default=64, metavar="N",
                        help="most sessions at once (default 64)")
     serve.add_argument("--log-file", metavar="F", help="append the log here instead of stderr")

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from backline_core import BacklineError, DeadlineError
-from backline_core.sdk import ChildProcess, child_environment, describe_exit, from_status, interpreter
+from backline_core.sdk import ChildProcess, child_environment, describe_exit, from_status, interpreter, parent_pid
 
 from .native import default_window
 
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "IPv4-mapped address)")
     p.add_argument("--mem-mib", type=int, default=16, help="DMA memory in MiB (default 16)")
     p.add_argument("--cpu", type=int, default=-1, help="pin the model's thread to this CPU")
-    p.add_argument("--parent-pid", type=int, default=0, help="stop when this process exits")
+    p.add_argument("--parent-pid", type=parent_pid, default=0, help="stop when this process exits")
     return p
 
 
