@@ -64,6 +64,8 @@ REMOTE_INIT_ARGS = {
     "cpu": "coprocessor: pin its poller thread to this CPU",
     "rt_priority": "coprocessor: SCHED_FIFO priority 1-99 for its poller thread, best effort (it says what was "
                    "applied); 0: none (default)",
+    "secret_file": "both ends: the file (mode 0600) holding the secret both ends prove they hold; deploy and bench "
+                   "make one per deployment when none is given",
 }
 
 

@@ -28,9 +28,10 @@ import os
 import socket
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from . import _plugins as plugins
-from ._config import format_config
+from ._config import format_config, parse_config
 from ._coprocessor_function import CoprocessorFunction
 from ._errors import PlacementError, PluginError, TransportError
 from ._hookspecs import Transport
@@ -169,6 +170,32 @@ def _resolve(placement: Placement) -> Resolution:
         _check_config(ctl_library, "controller", ctl, ctl.name, ctl.config_string(), None)
     controller = ResolvedNode(ctl, ctl_part, ctl_library, ctl.config_string())
     return Resolution(placement, controller, tuple(coprocessors))
+
+
+#: The configuration key of a networked transport's secret (backline/sdk/remote.h reads it).
+SECRET_KEY = "secret_file"
+
+
+def needs_secret(resolution: Resolution) -> bool:
+    """Whether some coprocessor's transport authenticates its ends and neither end names a secret."""
+    return any(node.transport.needs_endpoint and SECRET_KEY not in parse_config(node.config)
+               and SECRET_KEY not in parse_config(node.controller_config) for node in resolution.coprocessors)
+
+
+def with_secret(placement: Placement, path: str) -> Placement:
+    """``placement`` with ``secret_file=path`` in the init_args of its controller and of each
+    coprocessor that has none (call it when :func:`needs_secret` says so): one value that both
+    ends read, wherever the placement goes next (a deployment, a compiled program)."""
+    def add(node: Any) -> Any:
+        if SECRET_KEY in node.init_args:
+            return node
+        return dataclasses.replace(node, init_args={**node.init_args, SECRET_KEY: path})
+
+    try:
+        return dataclasses.replace(placement, controller=add(placement.controller),
+                                   coprocessors=[add(c) for c in placement.coprocessors])
+    except (ValueError, PlacementError) as exc:
+        raise PlacementError(f"the deployment's secret file {path!r}: {exc}") from None
 
 
 #: The configuration keys that carry a coprocessor's Endpoint to a transport that needs one.

@@ -53,6 +53,7 @@ from .._errors import BacklineError
 from .._process import ChildProcess, children, free_port, gone
 
 __all__ = ["BELL_PROGRAM", "CliResult", "ServeProcess", "TransportUnderTest", "children_running", "endpoint_config",
+           "test_secret",
            "free_port", "gone", "one_line", "run_cli", "shm_segments", "usage_error"]
 
 
@@ -94,7 +95,30 @@ def endpoint_config(host: str, port: int | None, **extra: object) -> str:
     'slots=8'
     """
     where = [] if port is None else [f"host={host}", f"port={port}"]
-    return ";".join([*where, *(f"{k}={v}" for k, v in extra.items())])
+    if port is not None and "secret_file" not in extra:
+        extra = {**extra, "secret_file": test_secret()}
+    return ";".join([*where, *(f"{k}={v}" for k, v in extra.items() if v is not None)])
+
+
+_test_secret: Any = None
+
+
+def test_secret() -> str:
+    """The secret file this test process gives both ends of every networked pair it configures
+    (:func:`endpoint_config` adds it as ``secret_file``; pass ``secret_file=None`` for none):
+    made on first use in a private folder, removed when the process exits."""
+    global _test_secret
+    if _test_secret is None:
+        import atexit
+
+        from .._trust import DeploymentSecret
+
+        _test_secret = DeploymentSecret()
+        atexit.register(_test_secret.remove)
+    return _test_secret.path
+
+
+test_secret.__test__ = False  # type: ignore[attr-defined]  # not a test, whatever pytest's name rules say
 
 
 class CliResult(NamedTuple):
@@ -220,7 +244,9 @@ class TransportUnderTest:
         from .. import Controller, Coprocessor, Endpoint, Placement
 
         endpoint = Endpoint(host=self.host, port=port) if port is not None else None
-        return Placement(controller=Controller(init_args={"timeout_ms": self.timeout_ms, **self.init_args}),
+        secret = {"secret_file": test_secret()} if port is not None else {}
+        init_args = {**secret, **init_args}
+        return Placement(controller=Controller(init_args={"timeout_ms": self.timeout_ms, **secret, **self.init_args}),
                          transport=self.name,
                          coprocessors=[Coprocessor(name=key, coprocessor_fn=fn, runs_in=runs_in or self.place,
                                                    endpoint=endpoint, init_args={**self.init_args, **init_args})])

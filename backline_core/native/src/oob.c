@@ -76,7 +76,7 @@ int32_t bl_oob_listen(const char *host, int port, int *fd, char *err, size_t n) 
         }
         int one = 1;
         setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(s, a->ai_addr, a->ai_addrlen) == 0 && listen(s, 8) == 0) break;
+        if (bind(s, a->ai_addr, a->ai_addrlen) == 0 && listen(s, 128) == 0) break;
         e = errno;
         close(s);
         s = -1;

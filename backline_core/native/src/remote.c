@@ -3,6 +3,7 @@
 #include <backline/backline.h>
 #include <backline/sdk/oob.h>
 #include <backline/sdk/remote.h>
+#include <backline/sdk/stream_frame.h>
 
 #include <errno.h>
 #include <poll.h>
@@ -18,21 +19,23 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-enum { HS_HELLO = 1, HS_OFFER = 2, HS_CONNECT = 3, HS_READY = 4 };
+enum { HS_HELLO = 1, HS_OFFER = 2, HS_CONNECT = 3, HS_READY = 4, HS_CHALLENGE = 5 };
 #define TEXT_BYTES BL_REMOTE_TEXT_BYTES
-#define HELLO_BYTES (4u + BL_KEY_MAX_LEN + 4u)
-#define OFFER_HEAD 20u /* status, slots, slot_bytes, rounds served; then the peer part and the text */
+#define TAG_BYTES BL_TRUST_TAG_BYTES
+#define NONCE_BYTES BL_TRUST_NONCE_BYTES
+#define HELLO_ASK (4u + BL_KEY_MAX_LEN + 4u) /* abi, key, reserved: what the controller asks for */
+#define HELLO_BYTES (HELLO_ASK + NONCE_BYTES + TAG_BYTES)
+#define OFFER_HEAD 20u /* status, slots, slot_bytes, rounds served; then the peer part, the text, the tag */
 #define READY_BYTES (4u + TEXT_BYTES)
-/* A controller sends its HELLO as soon as it has connected; a peer that does not is dropped
- * soon, since handshakes are taken one at a time and the next controller waits behind it. */
-#define HELLO_WAIT_NS 3000000000ull
+_Static_assert(BL_OOB_HEADER_BYTES + HELLO_BYTES <= sizeof(((bl_oob_pending *)0)->buf), "a HELLO fits a pending entry");
 
 /* ---- handshake messages ---- */
 
 static uint32_t body_bytes(const bl_remote *r, uint16_t type) {
     switch (type) {
     case HS_HELLO: return HELLO_BYTES;
-    case HS_OFFER: return OFFER_HEAD + r->proto->peer_bytes + TEXT_BYTES;
+    case HS_OFFER: return OFFER_HEAD + r->proto->peer_bytes + TEXT_BYTES + TAG_BYTES;
+    case HS_CHALLENGE: return NONCE_BYTES;
     case HS_CONNECT: return r->proto->peer_bytes;
     case HS_READY: return READY_BYTES;
     default: return 0;
@@ -40,8 +43,8 @@ static uint32_t body_bytes(const bl_remote *r, uint16_t type) {
 }
 
 static const char *msg_name(uint16_t type) {
-    static const char *const names[] = {"?", "HELLO", "OFFER", "CONNECT", "READY"};
-    return type <= HS_READY ? names[type] : "?";
+    static const char *const names[] = {"?", "HELLO", "OFFER", "CONNECT", "READY", "CHALLENGE"};
+    return type <= HS_CHALLENGE ? names[type] : "?";
 }
 
 static int32_t send_msg(const bl_remote *r, int fd, uint16_t type, const uint8_t *body, uint64_t deadline, char *err,
@@ -133,7 +136,7 @@ int32_t bl_remote_open(bl_remote *r, const bl_remote_protocol *proto, const bl_r
     const bl_host_api *h = a->host;
     if (!h || h->abi_version < 4)
         return bl_oob_fail(err, n, BL_EABI, "this backend needs Backline ABI 4 (a host that passes its deadlines in bl_open_args)");
-    if (OFFER_HEAD + proto->peer_bytes + TEXT_BYTES > BL_OOB_MAX_BODY)
+    if (OFFER_HEAD + proto->peer_bytes + TEXT_BYTES + TAG_BYTES > BL_OOB_MAX_BODY)
         return bl_oob_fail(err, n, BL_EINVAL, "%s: a peer part of %u bytes makes an OFFER longer than the %u a handshake "
                            "message may have", t, proto->peer_bytes, BL_OOB_MAX_BODY);
     if (a->role == BL_COPROCESSOR && a->runs_in != BL_RUNS_PROCESS)
@@ -167,7 +170,39 @@ int32_t bl_remote_open(bl_remote *r, const bl_remote_protocol *proto, const bl_r
     r->rt_priority = (int)v;
     r->connect_timeout_ns = a->connect_timeout_ns;
     r->timeout_ns = a->timeout_ns;
+    /* The secret is read when the session connects: resolution opens sessions only to check
+     * their configuration, before a deployment has made the secret it gives both ends. */
+    const char *secret = h->config_str(a->session, "secret_file");
+    if (secret && strlen(secret) >= sizeof r->secret_path)
+        return bl_oob_fail(err, n, BL_EINVAL, "secret_file=%.40s...: longer than %zu characters", secret,
+                           sizeof r->secret_path - 1);
+    snprintf(r->secret_path, sizeof r->secret_path, "%s", secret ? secret : "");
     return BL_OK;
+}
+
+/* The secret of secret_file, from connect (both roles). */
+static int32_t read_secret(bl_remote *r, char *err, size_t n) {
+    if (r->secret.len) return BL_OK;
+    if (!r->secret_path[0])
+        return bl_oob_fail(err, n, BL_EINVAL, "%s authenticates both ends with a secret: give both nodes "
+                           "secret_file=PATH, a file only you can read (deploy and bench make one per deployment; "
+                           "`backline secret new PATH` makes one for nodes started by hand)", r->proto->transport);
+    char what[320];
+    snprintf(what, sizeof what, "for %s %s '%s'", r->proto->transport,
+             r->role == BL_CONTROLLER ? "controller" : "coprocessor", r->key);
+    return bl_oob_secret_read(r->secret_path, what, &r->secret, err, n);
+}
+
+/* The transcript of this connection's handshake (backline/trust.h), context = HELLO's ask. */
+static int32_t transcript(const bl_remote *r, int fd, int server_side, const uint8_t *ns, const uint8_t *hello,
+                          bl_oob_transcript *t, char *err, size_t n) {
+    memset(t, 0, sizeof *t);
+    t->protocol = r->proto->transport;
+    memcpy(t->server_nonce, ns, NONCE_BYTES);
+    memcpy(t->client_nonce, hello + HELLO_ASK, NONCE_BYTES);
+    t->context = hello;
+    t->context_len = HELLO_ASK;
+    return bl_oob_addresses(fd, server_side, t, err, n);
 }
 
 /* ---- controller ---- */
@@ -175,23 +210,40 @@ int32_t bl_remote_open(bl_remote *r, const bl_remote_protocol *proto, const bl_r
 int32_t bl_remote_dial(bl_remote *r, uint64_t deadline, uint8_t *peer, char *err, size_t n) {
     if (r->fd >= 0) close(r->fd); /* a retried connect dials again */
     r->fd = -1;
-    int32_t rc = bl_oob_dial(r->host_name, r->port, deadline, r->proto->transport, &r->fd, err, n);
+    int32_t rc = read_secret(r, err, n);
+    if (rc) return rc;
+    rc = bl_oob_dial(r->host_name, r->port, deadline, r->proto->transport, &r->fd, err, n);
     if (rc) return rc;
     r->same_host = bl_remote_same_host(r->fd);
     char who[300];
     snprintf(who, sizeof who, "the peer at %s:%d", r->host_name, r->port);
-    uint8_t hello[HELLO_BYTES] = {0}, offer[BL_OOB_MAX_BODY];
+    uint8_t ns[NONCE_BYTES], hello[HELLO_BYTES] = {0}, offer[BL_OOB_MAX_BODY], want[TAG_BYTES];
+    bl_oob_transcript t;
+    /* CHALLENGE: the coprocessor's nonce; HELLO: what this controller asks for, its nonce, its proof. */
+    if ((rc = recv_msg(r, r->fd, HS_CHALLENGE, ns, deadline, who, err, n))) return rc;
     bl_oob_put32(hello, BACKLINE_ABI_VERSION);
     memcpy(hello + 4, r->key, strlen(r->key));
+    if ((rc = bl_oob_nonce(hello + HELLO_ASK, err, n)) || (rc = transcript(r, r->fd, 0, ns, hello, &t, err, n)) ||
+        (rc = bl_oob_tag(&r->secret, "client", &t, hello + HELLO_ASK + NONCE_BYTES, err, n)))
+        return rc;
     if ((rc = send_msg(r, r->fd, HS_HELLO, hello, deadline, err, n))) return rc;
     if ((rc = recv_msg(r, r->fd, HS_OFFER, offer, deadline, who, err, n))) return rc;
     int32_t status = (int32_t)bl_oob_get32(offer);
-    if (status != BL_OK) {
-        char text[TEXT_BYTES * 4];
-        get_text(offer + OFFER_HEAD + r->proto->peer_bytes, text, sizeof text);
+    const uint8_t *text_at = offer + OFFER_HEAD + r->proto->peer_bytes;
+    char text[TEXT_BYTES * 4];
+    get_text(text_at, text, sizeof text);
+    if (status == BL_EAUTH)
+        return bl_oob_fail(err, n, BL_EAUTH, "the coprocessor at %s:%d refused this controller's authentication: %s",
+                           r->host_name, r->port, text);
+    /* Only the holder of the secret can answer this connection's HELLO; anything else is not ours. */
+    if ((rc = bl_oob_tag(&r->secret, "server", &t, want, err, n))) return rc;
+    if (!bl_oob_tags_equal(want, text_at + TEXT_BYTES))
+        return bl_oob_fail(err, n, BL_EAUTH, "the peer at %s:%d did not prove it holds this placement's secret (a wrong "
+                           "OFFER tag): it is not this controller's coprocessor, or its secret_file holds another "
+                           "secret", r->host_name, r->port);
+    if (status != BL_OK)
         return bl_oob_fail(err, n, status == BL_EBUSY || status == BL_ENOTFOUND || status == BL_EABI ? status : BL_EPEER,
                            "the coprocessor at %s:%d refused this controller: %s", r->host_name, r->port, text);
-    }
     uint32_t slots = bl_oob_get32(offer + 4), slot_bytes = bl_oob_get32(offer + 8);
     if (!slots || slots > BL_MAX_SLOTS || (slots & (slots - 1)) || slot_bytes < BL_SLOT_ALIGN ||
         slot_bytes > BL_MAX_SLOT_BYTES || slot_bytes % BL_SLOT_ALIGN)
@@ -254,6 +306,8 @@ uint64_t bl_remote_establish(bl_remote *r, bl_channel *ch, uint8_t *request_ring
 
 int32_t bl_remote_listen(bl_remote *r, char *err, size_t n) {
     if (r->listen_fd >= 0) return BL_OK;
+    int32_t rc = read_secret(r, err, n);
+    if (rc) return rc;
     return bl_oob_listen(r->host_name, r->port, &r->listen_fd, err, n);
 }
 
@@ -267,18 +321,43 @@ static uint64_t highest(const bl_remote *r, int which) {
     return top;
 }
 
-/* Refuse a controller with a reason it can show (best effort: it may have gone), and hang up. */
-static void refuse(const bl_remote *r, int fd, int32_t status, const char *text, uint64_t deadline) {
+/* Refuse a controller with a reason it can show (best effort: it may have gone), and hang up.
+ * t: the transcript of a controller that proved it holds the secret (the refusal carries this
+ * side's tag, so the controller can believe it), or NULL. */
+static void refuse(const bl_remote *r, int fd, int32_t status, const char *text, const bl_oob_transcript *t,
+                   uint64_t deadline) {
     uint8_t offer[BL_OOB_MAX_BODY] = {0};
     char ignored[64];
+    uint8_t *text_at = offer + OFFER_HEAD + r->proto->peer_bytes;
     bl_oob_put32(offer, (uint32_t)status);
-    put_text(offer + OFFER_HEAD + r->proto->peer_bytes, text);
+    put_text(text_at, text);
+    if (t) bl_oob_tag(&r->secret, "server", t, text_at + TEXT_BYTES, ignored, sizeof ignored);
     send_msg(r, fd, HS_OFFER, offer, deadline, ignored, sizeof ignored);
     close(fd);
 }
 
-/* Whether the controller of this HELLO may be served; if not it is refused. */
-static int welcome(bl_remote *r, int fd, const uint8_t *hello, uint64_t deadline) {
+/* A line about a refused peer, at most one a second: a flood of junk must not flood stderr. */
+static void note_refused(bl_remote *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note_refused(bl_remote *r, const char *fmt, ...) {
+    uint64_t now = bl_oob_now_ns();
+    if (r->last_note_ns && now - r->last_note_ns < 1000000000ull) {
+        ++r->notes_held;
+        return;
+    }
+    char text[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (r->notes_held) bl_remote_note(r, "%s (and %llu more refusals in the last second)", text, (unsigned long long)r->notes_held);
+    else bl_remote_note(r, "%s", text);
+    r->last_note_ns = now;
+    r->notes_held = 0;
+}
+
+/* Whether an authenticated controller's HELLO may be served; if not it is refused. What this
+ * port serves is never named: a refusal says only what was asked for. */
+static int welcome(bl_remote *r, int fd, const uint8_t *hello, const bl_oob_transcript *t, uint64_t deadline) {
     char key[BL_KEY_MAX_LEN + 1], text[TEXT_BYTES];
     memcpy(key, hello + 4, BL_KEY_MAX_LEN);
     key[BL_KEY_MAX_LEN] = 0;
@@ -286,44 +365,39 @@ static int welcome(bl_remote *r, int fd, const uint8_t *hello, uint64_t deadline
     if (abi != BACKLINE_ABI_VERSION) {
         snprintf(text, sizeof text, "the controller is Backline ABI %u, this coprocessor ABI %d", abi,
                  BACKLINE_ABI_VERSION);
-        refuse(r, fd, BL_EABI, text, deadline);
+        refuse(r, fd, BL_EABI, text, t, deadline);
         return 0;
     }
     if (strcmp(key, r->key)) {
-        snprintf(text, sizeof text, "this port serves key '%s', not '%.64s'", r->key, key);
-        refuse(r, fd, BL_ENOTFOUND, text, deadline);
+        char shown[BL_KEY_MAX_LEN * 4 + 1];
+        bl_oob_printable((const uint8_t *)key, strlen(key), shown, sizeof shown);
+        snprintf(text, sizeof text, "this port does not serve key '%.64s'", shown);
+        refuse(r, fd, BL_ENOTFOUND, text, t, deadline);
         return 0;
     }
     if (r->ctl_fd >= 0 && !bl_oob_peer_closed(r->ctl_fd)) {
-        refuse(r, fd, BL_EBUSY, "another controller holds this coprocessor; one controller at a time", deadline);
+        refuse(r, fd, BL_EBUSY, "another controller holds this coprocessor; one controller at a time", t, deadline);
         return 0;
     }
     return 1;
 }
 
-/* One controller's handshake, on the acceptor thread. On success its link is published for
- * the poller and fd stays open as r->ctl_fd (its closing tells us the controller has gone). */
-static void admit(bl_remote *r, int fd) {
+/* The rest of an authenticated controller's handshake, on the acceptor thread. On success its
+ * link is published for the poller and fd stays open as r->ctl_fd (its closing tells us the
+ * controller has gone). */
+static void admit(bl_remote *r, int fd, const uint8_t *hello, const bl_oob_transcript *t) {
     const bl_remote_links *L = r->links;
-    uint64_t now = bl_oob_now_ns();
-    uint64_t deadline = now + r->connect_timeout_ns;
-    uint64_t hello_by = now + (r->connect_timeout_ns < HELLO_WAIT_NS ? r->connect_timeout_ns : HELLO_WAIT_NS);
+    uint64_t deadline = bl_oob_now_ns() + r->connect_timeout_ns;
     char err[512], ignored[64];
-    uint8_t hello[HELLO_BYTES], offer[BL_OOB_MAX_BODY] = {0}, body[BL_OOB_MAX_BODY], ready[READY_BYTES] = {0};
-    int32_t rc = recv_msg(r, fd, HS_HELLO, hello, hello_by, "a peer", err, sizeof err);
-    if (rc) {
-        if (rc == BL_EABI) refuse(r, fd, BL_EABI, err, deadline); /* a Backline peer of another version: tell it */
-        else close(fd);
-        bl_remote_note(r, "refused a connection: %s", err);
-        return;
-    }
-    if (!welcome(r, fd, hello, deadline)) return;
+    uint8_t offer[BL_OOB_MAX_BODY] = {0}, body[BL_OOB_MAX_BODY], ready[READY_BYTES] = {0};
+    int32_t rc;
+    if (!welcome(r, fd, hello, t, deadline)) return;
     /* Every request the last controller got in must be answered before the next one numbers
      * its rounds after them. */
     uint64_t served;
     while ((served = highest(r, 1)) != highest(r, 0)) {
         if (bl_oob_now_ns() > deadline) {
-            refuse(r, fd, BL_EPEER, "a previous controller's last round is still unanswered", deadline);
+            refuse(r, fd, BL_EPEER, "a previous controller's last round is still unanswered", t, deadline);
             return;
         }
         usleep(100);
@@ -331,7 +405,7 @@ static void admit(bl_remote *r, int fd) {
     r->same_host = bl_remote_same_host(fd);
     void *link = L->create(r->arg, offer + OFFER_HEAD, &rc, err, sizeof err);
     if (!link) {
-        refuse(r, fd, rc, err, deadline);
+        refuse(r, fd, rc, err, t, deadline);
         bl_remote_note(r, "cannot take a controller: %s", err);
         return;
     }
@@ -339,7 +413,9 @@ static void admit(bl_remote *r, int fd) {
     bl_oob_put32(offer + 4, r->slots);
     bl_oob_put32(offer + 8, r->slot_bytes);
     bl_oob_put64(offer + 12, served);
-    if ((rc = send_msg(r, fd, HS_OFFER, offer, deadline, err, sizeof err)) ||
+    if ((rc = bl_oob_tag(&r->secret, "server", t, offer + OFFER_HEAD + r->proto->peer_bytes + TEXT_BYTES, err,
+                         sizeof err)) ||
+        (rc = send_msg(r, fd, HS_OFFER, offer, deadline, err, sizeof err)) ||
         (rc = recv_msg(r, fd, HS_CONNECT, body, deadline, "the controller", err, sizeof err))) {
         bl_remote_note(r, "a controller went away during its handshake: %s", err);
         goto drop;
@@ -372,15 +448,130 @@ drop:
     close(fd);
 }
 
-/* One controller at a time: a new connection is admitted (or refused) once the acceptor
- * sees it; the current controller's connection is watched for its closing. */
+/* A new connection: into the gate (which may close the oldest pending one to make room), sent
+ * this side's nonce. Nothing is read from it until it has proved it holds the secret. */
+static void challenge(bl_remote *r, bl_oob_gate *g, int fd) {
+    bl_oob_pending *p = bl_oob_gate_admit(g, fd, 0);
+    char err[256];
+    if (bl_oob_nonce(p->nonce, err, sizeof err) ||
+        bl_oob_send_msg(fd, r->proto->magic, r->proto->version, HS_CHALLENGE, p->nonce, NONCE_BYTES,
+                        bl_oob_now_ns() + 100000000ull, err, sizeof err)) {
+        note_refused(r, "dropped a connection before its handshake: %s", err);
+        bl_oob_gate_drop(g, p, 1);
+    }
+}
+
+static void peer_name(int fd, char *out, size_t n) {
+    struct sockaddr_storage a;
+    socklen_t len = sizeof a;
+    char host[64] = "?";
+    int port = 0;
+    if (getpeername(fd, (struct sockaddr *)&a, &len) == 0) {
+        if (a.ss_family == AF_INET) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&a)->sin_addr, host, sizeof host);
+            port = ntohs(((struct sockaddr_in *)&a)->sin_port);
+        } else if (a.ss_family == AF_INET6) {
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&a)->sin6_addr, host, sizeof host);
+            port = ntohs(((struct sockaddr_in6 *)&a)->sin6_port);
+        }
+    }
+    snprintf(out, n, "%s:%d", host, port);
+}
+
+/* Bytes from a pending connection: its HELLO's header (checked first: a peer that is not this
+ * transport's, or of another version, is refused before its body is read), then the body,
+ * whose tag decides. An authenticated controller goes on to admit. */
+static void on_pending(bl_remote *r, bl_oob_gate *g, bl_oob_pending *p) {
+    size_t need = p->got < BL_OOB_HEADER_BYTES ? BL_OOB_HEADER_BYTES : BL_OOB_HEADER_BYTES + HELLO_BYTES;
+    ssize_t k = recv(p->fd, p->buf + p->got, need - p->got, MSG_DONTWAIT);
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        bl_oob_gate_drop(g, p, 1);
+        return;
+    }
+    if (k < 0) return;
+    p->got += (size_t)k;
+    if (p->got < need) return;
+    char who[80], err[512];
+    peer_name(p->fd, who, sizeof who);
+    uint64_t deadline = bl_oob_now_ns() + 100000000ull;
+    if (need == BL_OOB_HEADER_BYTES) {
+        bl_stream_header h = bl_stream_header_get(p->buf);
+        if (h.magic != r->proto->magic || h.type != HS_HELLO) {
+            char text[64];
+            bl_oob_printable(p->buf, BL_OOB_HEADER_BYTES, text, sizeof text);
+            note_refused(r, "refused a connection from %s: not a Backline %s controller (it sent \"%s\")", who,
+                         r->proto->transport, text);
+            bl_oob_gate_drop(g, p, 1);
+        } else if (h.version != r->proto->version) {
+            char text[TEXT_BYTES];
+            snprintf(text, sizeof text, "the controller speaks version %u of the %s handshake, this coprocessor "
+                     "version %u; run both sides from the same backline-transport-%s", h.version, r->proto->transport,
+                     r->proto->version, r->proto->transport);
+            note_refused(r, "refused a connection from %s: %s", who, text);
+            int fd = p->fd;
+            bl_oob_gate_drop(g, p, 0);
+            refuse(r, fd, BL_EABI, text, NULL, deadline);
+        } else if (h.body_bytes != HELLO_BYTES) {
+            note_refused(r, "refused a connection from %s: a HELLO of %u bytes, not %u", who, h.body_bytes, HELLO_BYTES);
+            bl_oob_gate_drop(g, p, 1);
+        }
+        return; /* the body is read when it comes */
+    }
+    const uint8_t *hello = p->buf + BL_OOB_HEADER_BYTES;
+    bl_oob_transcript t;
+    uint8_t want[TAG_BYTES];
+    int32_t rc = transcript(r, p->fd, 1, p->nonce, hello, &t, err, sizeof err);
+    if (!rc) rc = bl_oob_tag(&r->secret, "client", &t, want, err, sizeof err);
+    int fd = p->fd;
+    if (rc || !bl_oob_tags_equal(want, hello + HELLO_ASK + NONCE_BYTES)) {
+        if (!rc) snprintf(err, sizeof err, "authentication failed");
+        note_refused(r, "refused a connection from %s: %s", who, err);
+        bl_oob_gate_drop(g, p, 0);
+        refuse(r, fd, BL_EAUTH, "authentication failed: this controller does not hold the coprocessor's secret "
+               "(give both nodes the same secret_file)", NULL, deadline);
+        return;
+    }
+    uint8_t copy[HELLO_BYTES];
+    memcpy(copy, hello, sizeof copy);
+    t.context = copy;
+    bl_oob_gate_drop(g, p, 0);
+    admit(r, fd, copy, &t);
+}
+
+/* Connections in their handshake are served together (each within its deadline, at most
+ * BL_TRUST_MAX_PENDING_PER_PEER from one address); an authenticated controller is admitted,
+ * one at a time; the current controller's connection is watched for its closing. */
 static void *acceptor(void *arg) {
     bl_remote *r = arg;
+    bl_oob_gate *g = malloc(sizeof *g);
+    if (!g) {
+        bl_remote_note(r, "out of memory: this coprocessor takes no controllers");
+        return NULL;
+    }
+    bl_oob_gate_init(g);
+    enum { FIXED = 3 };
+    struct pollfd p[FIXED + BL_TRUST_MAX_PENDING];
+    bl_oob_pending *at[BL_TRUST_MAX_PENDING];
     while (!__atomic_load_n(&r->stopping, __ATOMIC_ACQUIRE)) {
-        struct pollfd p[3] = {{.fd = r->listen_fd, .events = POLLIN}, {.fd = r->stop_fd, .events = POLLIN},
-                              {.fd = r->ctl_fd, .events = POLLIN}};
-        int got = poll(p, r->ctl_fd >= 0 ? 3 : 2, 1000);
+        p[0] = (struct pollfd){.fd = r->listen_fd, .events = POLLIN};
+        p[1] = (struct pollfd){.fd = r->stop_fd, .events = POLLIN};
+        p[2] = (struct pollfd){.fd = r->ctl_fd, .events = POLLIN}; /* -1: ignored by poll */
+        uint64_t now = bl_oob_now_ns(), wake = now + 1000000000ull;
+        int np = FIXED;
+        for (size_t i = 0; i < BL_TRUST_MAX_PENDING; ++i) {
+            bl_oob_pending *e = &g->entry[i];
+            if (e->fd < 0) continue;
+            if (e->deadline <= now) { /* it did not prove itself in time */
+                bl_oob_gate_drop(g, e, 1);
+                continue;
+            }
+            if (e->deadline < wake) wake = e->deadline;
+            at[np - FIXED] = e;
+            p[np++] = (struct pollfd){.fd = e->fd, .events = POLLIN};
+        }
+        int got = poll(p, (nfds_t)np, (int)((wake - now + 999999) / 1000000));
         if (got < 0 && errno != EINTR) break;
+        if (got <= 0) continue;
         if (p[1].revents) break;
         if (r->ctl_fd >= 0 && p[2].revents) {
             if (bl_oob_peer_closed(r->ctl_fd)) {
@@ -394,9 +585,15 @@ static void *acceptor(void *arg) {
                 }
             }
         }
-        int fd;
-        if (p[0].revents && bl_oob_accept(r->listen_fd, &fd) == 1) admit(r, fd);
+        for (int i = FIXED; i < np; ++i)
+            if (p[i].revents && at[i - FIXED]->fd == p[i].fd) on_pending(r, g, at[i - FIXED]);
+        if (p[0].revents) {
+            int fd; /* everything waiting, so a burst does not sit in the backlog */
+            for (int k = 0; k < (int)BL_TRUST_MAX_PENDING && bl_oob_accept(r->listen_fd, &fd) == 1; ++k) challenge(r, g, fd);
+        }
     }
+    bl_oob_gate_clear(g);
+    free(g);
     return NULL;
 }
 
@@ -463,6 +660,7 @@ void bl_remote_close(bl_remote *r) {
     bl_remote_stop(r);
     void *unused = __atomic_exchange_n(&r->next_link, NULL, __ATOMIC_ACQ_REL);
     if (unused) r->links->destroy(r->arg, unused);
+    bl_oob_secret_clear(&r->secret);
     int *fds[] = {&r->listen_fd, &r->stop_fd, &r->ctl_fd};
     for (size_t i = 0; i < sizeof fds / sizeof fds[0]; ++i)
         if (*fds[i] >= 0) {

@@ -19,6 +19,7 @@ and a QEC code ``X`` exists when a pass named ``encode-X`` is installed (:func:`
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -28,7 +29,8 @@ from pennylane.exceptions import DeviceError
 
 from backline_core import Controller, Coprocessor, Placement, plugins
 from backline_core._errors import PlacementError
-from backline_core._resolution import resolve
+from backline_core._resolution import needs_secret, resolve, with_secret
+from backline_core.sdk import DeploymentSecret
 
 POLICIES = ("round-robin", "by-check-type")
 #: A pass named ``encode-X`` encodes programs in the QEC code ``X``.
@@ -107,6 +109,13 @@ class Backline(Device):
                                    qec_code=qec_code)
         #: the placement resolved against the installed plugins (a bad one fails here)
         self.resolution = resolve(self.placement)
+        if needs_secret(self.resolution):
+            # A networked transport's ends authenticate: with no secret_file given, one for this device's
+            # runs (its compiled programs carry the path), removed with the device or at exit.
+            secret = DeploymentSecret()
+            weakref.finalize(self, secret.remove)
+            self.placement = with_secret(self.placement, secret.path)
+            self.resolution = resolve(self.placement)
         self.qec_code = qec_code
         self.noise = float(noise)
         self.apply_correction = bool(apply_correction)
@@ -130,7 +139,7 @@ class Backline(Device):
 
         procs = []
         try:
-            for node in resolve(self.placement).coprocessors:
+            for node in self.resolution.coprocessors:
                 if node.runs_in == "process":
                     procs.append(start_process(node))
             yield

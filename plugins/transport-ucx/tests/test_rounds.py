@@ -53,8 +53,8 @@ class FakePeer:
         except OSError:
             return
         with conn:
+            conn.sendall(self.reply)  # a coprocessor speaks first (its CHALLENGE)
             conn.recv(4096)
-            conn.sendall(self.reply)
 
     def close(self) -> None:
         self.sock.close()
@@ -62,9 +62,9 @@ class FakePeer:
 
 
 @pytest.mark.parametrize("reply, says", [  # (an SSH server is the conformance suite's)
-    (b"BLUX" + struct.pack(">HHI", 2, 2, 0), "speaks version 2 of the ucx handshake"),
-    (b"BLRD" + struct.pack(">HHI", 1, 2, 0), "is not a Backline ucx peer"),
-], ids=["version-2", "rdma-peer"])
+    (b"BLUX" + struct.pack(">HHI", 3, 5, 32), "speaks version 3 of the ucx handshake"),
+    (b"BLRD" + struct.pack(">HHI", 2, 5, 32), "is not a Backline ucx peer"),
+], ids=["version-3", "rdma-peer"])
 def test_a_peer_that_is_not_a_ucx_coprocessor_is_a_clear_error(reply: bytes, says: str) -> None:
     peer = FakePeer(reply)
     try:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from backline_core.testing import ServeProcess
+from backline_core.testing import ServeProcess, test_secret
 
 ROUNDS = 2000
 PORT = 18600
@@ -28,7 +28,7 @@ import sys, time
 from backline_core import Session
 table = [0x00, 0x01, 0x10, 0x02, 0x40, 0x08, 0x20, 0x04]
 s = Session.open("ucx", "controller", "dec", in_bytes=1, out_bytes=1,
-                 config="host={host};port={port};tls=tcp;timeout_ms=10000;connect_timeout_ms=60000")
+                 config="host={host};port={port};tls=tcp;timeout_ms=10000;connect_timeout_ms=60000;secret_file={secret}")
 rtt = []
 for i in range({rounds}):
     assert s.round(bytes([i & 7])) == bytes([table[i & 7]]), i
@@ -73,7 +73,7 @@ def two_namespaces(subnet: str) -> Iterator[tuple[str, str, str]]:
 def test_rounds_cross_two_network_namespaces_over_tcp() -> None:
     with two_namespaces("10.203.0") as (a, b, host_b):
         with ServeProcess("ucx", PORT, "steane", host=host_b, wrapper=["ip", "netns", "exec", b], tls="tcp"):
-            code = CONTROLLER.format(host=host_b, port=PORT, rounds=ROUNDS)
+            code = CONTROLLER.format(host=host_b, port=PORT, rounds=ROUNDS, secret=test_secret())
             ctl = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", code], capture_output=True,
                                  text=True, timeout=300)
         print(ctl.stdout)
@@ -98,7 +98,8 @@ def test_bench_with_a_peer_in_the_other_namespace() -> None:
             try:
                 floor.wait_ready(120)
                 bench = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-m", "backline_core", "bench",
-                                        "--transport", "ucx", "--transport-arg", "tls=tcp", "--peer",
+                                        "--transport", "ucx", "--transport-arg", "tls=tcp", "--transport-arg",
+                                        f"secret_file={test_secret()}", "--peer",
                                         f"{host_b}:{PORT}", "--coprocessor-fn", "steane", "--payload-bytes", "1",
                                         "--rounds", "5000", "--no-progress"], capture_output=True, text=True,
                                        timeout=300)

@@ -97,7 +97,7 @@ static const bl_remote_links no_links = {no_link_create, no_link_accept, no_link
 static const bl_remote_protocol protocol = {
     .transport = "rdma",
     .magic = RV_MAGIC_TRANSPORT,
-    .version = 1,
+    .version = BL_REMOTE_HANDSHAKE_VERSION,
     .peer_bytes = RV_PEER_BYTES,
     .accepting = "connect its queue pair to this one",
 };

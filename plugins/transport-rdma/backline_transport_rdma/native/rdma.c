@@ -235,7 +235,7 @@ static const bl_remote_transport transport = {
     .protocol = {
         .transport = "rdma",
         .magic = RV_MAGIC_TRANSPORT,
-        .version = 1,
+        .version = BL_REMOTE_HANDSHAKE_VERSION,
         .peer_bytes = RV_PEER_BYTES,
         .accepting = "connect its queue pair to this one",
     },

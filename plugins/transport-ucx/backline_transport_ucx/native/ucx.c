@@ -240,7 +240,7 @@ static const bl_remote_transport transport = {
     .protocol = {
         .transport = "ucx",
         .magic = UX_MAGIC_TRANSPORT,
-        .version = 1,
+        .version = BL_REMOTE_HANDSHAKE_VERSION,
         .peer_bytes = UX_ADDRESS_RECORD_BYTES,
         .accepting = "take this controller's UCX worker address",
     },

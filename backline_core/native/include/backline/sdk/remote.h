@@ -20,12 +20,19 @@
  * The lower layer (bl_remote_open ... bl_remote_close) stays available to a backend that
  * uses the handshake with a data path of another shape (the FPGA controller's engine).
  *
- * The handshake (docs/rdma.md, docs/ucx.md, "Handshake"): backline/sdk/oob.h's 12-byte header
- * with the transport's magic and version, then a fixed-size big-endian body:
- *   HELLO   (1) abi u32 | key[BL_KEY_MAX_LEN], NUL-padded | reserved u32
- *   OFFER   (2) status u32 | slots u32 | slot_bytes u32 | rounds served u64 | peer part | text[160]
+ * The handshake (docs/rdma.md, docs/ucx.md, "Handshake"; docs/architecture.md, "Trust model"):
+ * backline/sdk/oob.h's 12-byte header with the transport's magic and version, then a
+ * fixed-size big-endian body:
+ *   CHALLENGE (5) the coprocessor's nonce Ns[32], sent as soon as it accepts
+ *   HELLO   (1) abi u32 | key[BL_KEY_MAX_LEN], NUL-padded | reserved u32 | Nc[32] | tag_C[32]
+ *   OFFER   (2) status u32 | slots u32 | slot_bytes u32 | rounds served u64 | peer part | text[160] | tag_S[32]
  *   CONNECT (3) peer part
  *   READY   (4) status u32 | text[160]
+ * The tags are backline/trust.h's, over the protocol name proto->transport, both nonces, the
+ * connection's addresses and HELLO's first 72 bytes (abi, key, reserved), keyed by the secret
+ * in secret_file (a key both roles need). A HELLO whose tag does not check is refused
+ * (OFFER status BL_EAUTH, no tag) before anything about the coprocessor is said; a controller
+ * believes an OFFER, refusals included, only with a tag_S that checks.
  * The peer part (peer_bytes) is the transport's: what the other side needs to reach this one.
  * A connection stays open for the session's life: its closing tells each side the other has
  * gone (over every data path, shared memory included), and the coprocessor then takes the
@@ -42,16 +49,19 @@
 #include <stdint.h>
 
 #define BL_REMOTE_TEXT_BYTES 160u /* a refusal's text in OFFER and READY */
+/* The version of the handshake below, in every message's header (2: authenticated). A
+ * transport's protocol record uses it; only its magic and peer part are its own. */
+#define BL_REMOTE_HANDSHAKE_VERSION 2
 /* The configuration keys bl_remote_open reads that a backend lists in its config_keys
  * (connect_timeout_ms and timeout_ms are the core's own: it parses them and passes the
  * values in bl_open_args). */
-#define BL_REMOTE_CONFIG_KEYS "host", "port", "cpu", "rt_priority"
+#define BL_REMOTE_CONFIG_KEYS "host", "port", "cpu", "rt_priority", "secret_file"
 
 /* One transport's handshake. */
 typedef struct bl_remote_protocol {
     const char *transport; /* "rdma": in errors and notes, and `backline-transport-rdma` */
     uint32_t magic;        /* of every message header: "BLRD" is 0x424c5244 */
-    uint16_t version;      /* of the handshake */
+    uint16_t version;      /* of the handshake: BL_REMOTE_HANDSHAKE_VERSION */
     uint32_t peer_bytes;   /* the peer part of OFFER and CONNECT */
     /* What the coprocessor does with CONNECT's peer part, for the controller's error when
      * READY says it failed: "connect its queue pair to this one". */
@@ -97,6 +107,9 @@ typedef struct bl_remote {
     pthread_t poller, acceptor;
     int poller_running, acceptor_running, stopping;
     char applied[256]; /* what start applied to the poller thread (pinning, SCHED_FIFO) */
+    char secret_path[1024]; /* secret_file */
+    bl_oob_secret secret;   /* both roles: the placement's, read from secret_path at connect */
+    uint64_t last_note_ns, notes_held; /* acceptor: refusals are noted at most once a second */
 } bl_remote;
 
 /* Whether the TCP connection fd joins two processes of one host: its two ends have the same
