@@ -81,4 +81,12 @@ def backline_commands() -> list[Command]:
                 load=lambda: _cli("coprocessor")),
         Command(name="executor", summary="run an executor server (needs an executor plugin)",
                 load=lambda: _cli("executor")),
+        Command(name="secret", summary="make a secret file for nodes started by hand (backline secret new PATH)",
+                load=_secret_command),
     ]
+
+
+def _secret_command() -> Any:
+    from ._secret_cli import secret_main
+
+    return secret_main

@@ -35,6 +35,8 @@
 
 #include <ucp/api/ucp.h>
 
+#include <dlfcn.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,3 +264,15 @@ static const bl_remote_transport transport = {
 };
 
 BL_API const bl_backend *backline_transport_backend_v1(void) { return bl_remote_backend(&transport); }
+
+/* libucs, loaded with this library, catches SIGHUP for its debug handler (UCX_DEBUG_SIGNO), so a
+ * process that loads this backend would no longer end on SIGHUP: a serve child whose terminal
+ * goes, an executor told to stop. Its constructor ran before this one (a dependency's first),
+ * so the handler it left is put back to the default here; one the program set is left alone. */
+__attribute__((constructor)) static void give_back_sighup(void) {
+    struct sigaction now;
+    Dl_info where;
+    if (sigaction(SIGHUP, NULL, &now) || now.sa_handler == SIG_DFL || now.sa_handler == SIG_IGN) return;
+    void *handler = (now.sa_flags & SA_SIGINFO) ? (void *)now.sa_sigaction : (void *)now.sa_handler;
+    if (dladdr(handler, &where) && where.dli_fname && strstr(where.dli_fname, "libucs")) signal(SIGHUP, SIG_DFL);
+}
