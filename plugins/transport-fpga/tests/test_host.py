@@ -16,7 +16,7 @@ from backline_transport_fpga.model import EngineModel
 from backline_transport_fpga.native import backend, hwhs
 
 from backline_core import BacklineError, Controller, Coprocessor, Endpoint, Placement, Session, plugins, resolve
-from backline_core.testing import free_port, one_line
+from backline_core.testing import endpoint_config, free_port, one_line
 
 HOST = "127.0.0.1"
 
@@ -93,7 +93,7 @@ def test_the_register_map_is_the_notes(tmp_path) -> None:
 
 def _open_controller(window: str, port: int) -> Session:
     return Session.open("rdma", "controller", "dec", hardware="fpga",
-                        config=f"host={HOST};port={port};window={window};connect_timeout_ms=2000",
+                        config=endpoint_config(HOST, port, window=window, connect_timeout_ms=2000),
                         in_bytes=1, out_bytes=1)
 
 

@@ -1,8 +1,10 @@
 """``backline rdma``: the rdma transport's own commands.
 
     backline rdma devices [--json]    the verbs devices, their ports, states, MTUs and GIDs
-    backline rdma bench-peer --host H  serve one `backline bench --peer H:PORT` run from another host:
-                                       its coprocessor and its floor responder, each on its own CPU
+    backline rdma bench-peer --host H --secret-file F
+                                       serve one `backline bench --peer H:PORT` run from another host:
+                                       its coprocessor and its floor responder, each on its own CPU; the
+                                       bench gives the same secret (--transport-arg secret_file=F)
 
 Exit status: 0 on success; 1 when there is no device; 2 for any error, reported as one line
 on stderr, ``backline: error: ...``.
@@ -44,7 +46,7 @@ def _peer_config(args: argparse.Namespace) -> str:
     """The coprocessor's configuration: the Endpoint's host and port, and the transport's own keys given."""
     pairs = [("host", args.host), ("port", args.port), ("device", args.device), ("ib_port", args.ib_port),
              ("gid_index", args.gid_index), ("cpu", args.cpu), ("rt_priority", args.rt_priority),
-             ("timeout_ms", args.timeout_ms)]
+             ("timeout_ms", args.timeout_ms), ("secret_file", args.secret_file)]
     return ";".join(f"{key}={value}" for key, value in pairs if value not in (None, ""))
 
 
@@ -64,6 +66,15 @@ def _check_peer_args(args: argparse.Namespace) -> None:
     if args.cpu is not None and args.cpu == args.floor_cpu:
         raise BacklineError(f"--cpu and --floor-cpu are both {args.cpu}: the coprocessor and the floor responder both "
                             "spin while they wait, so nothing pauses either; give them different CPUs")
+    # The controller on the other host must prove it holds the same secret: no default can be shared.
+    if not args.secret_file:
+        raise BacklineError("bench-peer needs --secret-file PATH: make one with `backline secret new PATH`, copy it "
+                            "(mode 0600) to the controller's host and run the bench there with --transport-arg "
+                            "secret_file=PATH")
+    from backline_core.sdk import read_secret_file
+
+    args.secret_file = os.path.abspath(args.secret_file)
+    read_secret_file(args.secret_file)  # a missing or unsafe file is an error now, not in the coprocessor's log
 
 
 def _cmd_bench_peer(args: argparse.Namespace) -> int:
@@ -90,7 +101,8 @@ def _cmd_bench_peer(args: argparse.Namespace) -> int:
                                          ready_timeout=READY_TIMEOUT_S)
         print(f"ready peer={args.host}:{args.port} coprocessor={args.fn} cpu={args.cpu} floor_port={floor_port} "
               f"floor_cpu={args.floor_cpu}; from the other host: backline bench --transport rdma --peer "
-              f"{args.host}:{args.port} --coprocessor-fn {args.fn}", flush=True)
+              f"{args.host}:{args.port} --coprocessor-fn {args.fn} --transport-arg secret_file=PATH (PATH: a copy "
+              f"of {args.secret_file})", flush=True)
         deadline = None if args.duration is None else time.monotonic() + args.duration
         while True:
             # The bench closes its floor last: the responder's exit is the end of the run.
@@ -135,6 +147,9 @@ def build_parser() -> Parser:
     p.add_argument("--rt-priority", type=int, default=None, help="SCHED_FIFO priority of the coprocessor's poller, "
                    "best effort")
     p.add_argument("--timeout-ms", type=int, default=None, help="deadline of a blocked WRITE, both sides")
+    p.add_argument("--secret-file", default=None, metavar="PATH", help="the secret (a 0600 file of this user, "
+                   "`backline secret new PATH` makes one) that the bench's controller must hold too: give it a copy, "
+                   "--transport-arg secret_file=PATH (required)")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds even if no bench came")
     p.set_defaults(func=_cmd_bench_peer)
     return parser

@@ -13,7 +13,7 @@ from backline_transport_rdma import floor
 
 from backline_core import BacklineError, NotFoundError
 from backline_core.sdk import BenchConfig, BenchResult, Series, format_report
-from backline_core.testing import children_running, one_line
+from backline_core.testing import children_running, one_line, test_secret
 
 TIMEOUT_S = 60
 
@@ -267,8 +267,32 @@ def test_bench_peer_bad_input_is_one_line(args: list[str], says: str) -> None:
     assert says in one_line(result.stderr)
 
 
-def test_bench_peer_without_a_device_is_one_line_and_leaves_nothing_running() -> None:
+def test_bench_peer_without_a_secret_file_says_how_to_make_one() -> None:
     result = backline("rdma", "bench-peer", "--cpu", "none", "--floor-cpu", "none", "--duration", "5")
+    assert result.returncode == 2, result
+    line = one_line(result.stderr)
+    assert "bench-peer needs --secret-file PATH" in line and "backline secret new PATH" in line, line
+    assert "--transport-arg secret_file=PATH" in line, line  # and how the controller's bench gets it
+    assert "ready" not in result.stdout
+
+
+def test_bench_peer_refuses_a_secret_file_others_can_read_before_starting_anything(tmp_path) -> None:
+    loose = tmp_path / "secret"
+    loose.write_text(open(test_secret()).read())
+    loose.chmod(0o644)
+    result = backline("rdma", "bench-peer", "--cpu", "none", "--floor-cpu", "none", "--duration", "5",
+                      "--secret-file", str(loose))
+    assert result.returncode == 2, result
+    line = one_line(result.stderr)
+    assert f"the secret file {loose} is open to group or others" in line and "chmod 600" in line, line
+    assert "ready" not in result.stdout and "floor responder" not in line
+    left = children_running(b"backline_transport_rdma.floor")
+    assert not left, f"floor responders left running: {left}"
+
+
+def test_bench_peer_without_a_device_is_one_line_and_leaves_nothing_running() -> None:
+    result = backline("rdma", "bench-peer", "--cpu", "none", "--floor-cpu", "none", "--duration", "5",
+                      "--secret-file", test_secret())
     assert result.returncode == 2, result
     line = one_line(result.stderr)
     assert "the floor responder exited" in line and "no RDMA device" in line, line

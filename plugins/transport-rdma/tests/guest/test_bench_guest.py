@@ -20,7 +20,7 @@ import pytest
 from backline_transport_rdma import floor
 
 from backline_core.sdk import ChildProcess
-from backline_core.testing import ServeProcess, free_port, gone
+from backline_core.testing import ServeProcess, free_port, gone, test_secret
 
 pytestmark = pytest.mark.usefixtures("rdma_device")
 
@@ -140,13 +140,14 @@ def test_bench_against_a_bench_peer_runs_with_nothing_started_here(tmp_path) -> 
     port = free_port(HOST)
     peer = ChildProcess([sys.executable, "-m", "backline_core", "rdma", "bench-peer", "--host", HOST,
                          "--port", str(port), "--fn", "steane", "--cpu", "none", "--floor-cpu", "none",
-                         "--duration", str(BENCH_TIMEOUT_S)], name="rdma bench-peer", ready=r"^ready .*")
+                         "--duration", str(BENCH_TIMEOUT_S), "--secret-file", test_secret()], name="rdma bench-peer", ready=r"^ready .*")
     try:
         ready = peer.wait_ready(120).group(0)
         assert ready.startswith(f"ready peer={HOST}:{port} coprocessor=steane"), (ready, peer.output_tail())
         result = subprocess.run([sys.executable, "-m", "backline_core", "bench", "--transport", "rdma",
                                  "--peer", f"{HOST}:{port}", "--coprocessor-fn", "steane", "--payload-bytes", "1",
-                                 "--rounds", "2000", "--block", "1000", "--no-progress", "--controller-cpu", "none"],
+                                 "--rounds", "2000", "--block", "1000", "--no-progress", "--controller-cpu", "none",
+                                 "--transport-arg", f"secret_file={test_secret()}"],  # the peer's secret
                                 capture_output=True, text=True, timeout=BENCH_TIMEOUT_S, cwd=str(tmp_path))
         print(result.stdout)
         assert result.returncode == 0, result.stdout + result.stderr

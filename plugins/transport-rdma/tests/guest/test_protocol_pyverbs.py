@@ -1,8 +1,9 @@
 """An independent check of the rdma wire protocol: a controller written with pyverbs from docs/rdma.md alone.
 
 It shares no code with the backend (native/rdma.c): its own queue pair and registered memory
-for the reply ring, the HELLO / OFFER / CONNECT / READY handshake packed with ``struct`` in
-network order, and each request frame (docs/wire-format.md: a little-endian 32-byte header,
+for the reply ring, the CHALLENGE / HELLO / OFFER / CONNECT / READY handshake packed with
+``struct`` in network order (both ends' tags computed with the SDK's trust kit, backline/trust.h,
+from the test process's secret file, which the coprocessor is given too), and each request frame (docs/wire-format.md: a little-endian 32-byte header,
 then the payload) copied into the coprocessor's request ring with one RDMA WRITE_WITH_IMM:
 bytes 8..32+len to slot+8, the low 32 bits of the sequence number as the immediate. Replies
 arrive the same way: a receive completion whose immediate names the round. The peer is a real
@@ -28,8 +29,8 @@ import pytest
 from backline_transport_rdma.devices import PyverbsUnavailable, load_pyverbs
 
 from backline_core import Session
-from backline_core.sdk import lib
-from backline_core.testing import ServeProcess, free_port
+from backline_core.sdk import connection_addresses, lib, new_nonce, read_secret_file, tag, tags_equal
+from backline_core.testing import ServeProcess, endpoint_config, free_port, test_secret
 
 pytestmark = pytest.mark.usefixtures("rdma_device")
 
@@ -40,15 +41,18 @@ START_S = 180.0
 STEP_S = 30.0
 
 # docs/rdma.md, "Handshake": every integer big-endian.
-MAGIC, VERSION = 0x424C5244, 1
-HELLO, OFFER, CONNECT, READY = 1, 2, 3, 4
+MAGIC, VERSION = 0x424C5244, 2
+HELLO, OFFER, CONNECT, READY, CHALLENGE = 1, 2, 3, 4, 5
 HEADER = struct.Struct(">IHHI")  # magic, version, type, body length
 PEER = struct.Struct(">II16sQIII")  # qpn, psn, gid, ring address, rkey, mtu, reserved
-HELLO_BODY = struct.Struct(">I64sI")  # ABI version, key (NUL-padded), flags
+NONCE_BYTES = TAG_BYTES = 32
+ASK = struct.Struct(">I64sI")  # ABI version, key (NUL-padded), flags: what the controller asks for
+HELLO_BODY = struct.Struct(f">72s{NONCE_BYTES}s{TAG_BYTES}s")  # the ask, the controller's nonce, its tag
 OFFER_HEAD = struct.Struct(">iIIQ")  # status, slots, slot_bytes, rounds served
 TEXT_BYTES = 160
 READY_BODY = struct.Struct(f">i{TEXT_BYTES}s")
-BODY_BYTES = {HELLO: 72, OFFER: 224, CONNECT: 44, READY: 164}
+BODY_BYTES = {HELLO: 136, OFFER: 256, CONNECT: 44, READY: 164, CHALLENGE: 32}
+PROTOCOL = "rdma"  # the transcript's protocol name
 # docs/wire-format.md: the frame header, every field little-endian.
 FRAME = struct.Struct("<QIIiIq")  # seq, len, decoder_id, status, flags, fn_status
 
@@ -56,8 +60,10 @@ STEANE = {0x00: 0x00, 0x01: 0x01, 0x02: 0x10, 0x03: 0x02, 0x04: 0x40, 0x05: 0x08
 
 
 def test_layouts_are_the_documented_sizes():
-    assert HEADER.size == 12 and PEER.size == 44 and HELLO_BODY.size == BODY_BYTES[HELLO]
-    assert OFFER_HEAD.size + PEER.size + TEXT_BYTES == BODY_BYTES[OFFER]
+    assert HEADER.size == 12 and PEER.size == 44 and HELLO_BODY.size == BODY_BYTES[HELLO] and ASK.size == 72
+    assert OFFER_HEAD.size + PEER.size + TEXT_BYTES + TAG_BYTES == BODY_BYTES[OFFER]
+    assert (NONCE_BYTES, TAG_BYTES) == (lib.BL_TRUST_NONCE_BYTES, lib.BL_TRUST_TAG_BYTES) == (BODY_BYTES[CHALLENGE], 32)
+    assert VERSION == lib.BL_REMOTE_HANDSHAKE_VERSION
     assert PEER.size == BODY_BYTES[CONNECT] and READY_BODY.size == BODY_BYTES[READY]
     assert FRAME.size == lib.BL_FRAME_HEADER_BYTES
 
@@ -67,10 +73,6 @@ def test_layouts_are_the_documented_sizes():
 def message(kind: int, body: bytes, *, version: int = VERSION) -> bytes:
     assert len(body) == BODY_BYTES[kind]
     return HEADER.pack(MAGIC, version, kind, len(body)) + body
-
-
-def hello(key: str = KEY, abi: int = lib.BACKLINE_ABI_VERSION) -> bytes:
-    return message(HELLO, HELLO_BODY.pack(abi, key.encode(), 0))
 
 
 def recv_exactly(sock: socket.socket, n: int) -> bytes:
@@ -121,25 +123,62 @@ class Offer:
     served: int
     peer: Peer
     text: str
+    tag: bytes
 
     @classmethod
     def unpack(cls, raw: bytes) -> Offer:
         status, slots, slot_bytes, served = OFFER_HEAD.unpack_from(raw)
         peer = raw[OFFER_HEAD.size:OFFER_HEAD.size + PEER.size]
-        return cls(status, slots, slot_bytes, served, Peer.unpack(peer), text(raw[OFFER_HEAD.size + PEER.size:]))
+        at = OFFER_HEAD.size + PEER.size
+        return cls(status, slots, slot_bytes, served, Peer.unpack(peer), text(raw[at:at + TEXT_BYTES]),
+                   raw[at + TEXT_BYTES:])
 
 
-def dial(port: int) -> socket.socket:
+def secret() -> bytes:
+    """The secret the coprocessor was given (ServeProcess passes it the test process's file)."""
+    return read_secret_file(test_secret())
+
+
+@dataclass
+class Connection:
+    """One TCP connection to the coprocessor, past its CHALLENGE: the transcript's parts so far."""
+
+    sock: socket.socket
+    server_nonce: bytes
+    client_nonce: bytes = b""
+    ask: bytes = b""
+
+    def transcript_tag(self, side: str, key: bytes) -> bytes:
+        """``side``'s tag for this connection's handshake under ``key`` (backline/trust.h)."""
+        client, server = connection_addresses(self.sock, server=False)
+        return tag(key, side, PROTOCOL, self.server_nonce, self.client_nonce, client, server, context=self.ask)
+
+    def hello(self, key: str = KEY, abi: int = lib.BACKLINE_ABI_VERSION, *, under: bytes | None = None) -> bytes:
+        """A HELLO asking for ``key``, with this connection's tag under ``under`` (default: the secret)."""
+        self.client_nonce, self.ask = new_nonce(), ASK.pack(abi, key.encode(), 0)
+        proof = self.transcript_tag("client", secret() if under is None else under)
+        return message(HELLO, HELLO_BODY.pack(self.ask, self.client_nonce, proof))
+
+    def offer(self) -> Offer:
+        return Offer.unpack(recv_message(self.sock, OFFER))
+
+    def proves_the_secret(self, offer: Offer) -> bool:
+        """Whether the OFFER's tag is the coprocessor's for this connection's HELLO."""
+        return tags_equal(offer.tag, self.transcript_tag("server", secret()))
+
+
+def dial(port: int) -> Connection:
+    """Connect; the coprocessor speaks first: its CHALLENGE, the nonce the HELLO's tag covers."""
     sock = socket.create_connection((HOST, port), timeout=STEP_S)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
+    return Connection(sock, recv_message(sock, CHALLENGE))
 
 
-def offer_for(port: int, first: bytes) -> tuple[Offer, socket.socket]:
-    """Send ``first`` on a new connection; the OFFER it gets, and the connection."""
-    sock = dial(port)
-    sock.sendall(first)
-    return Offer.unpack(recv_message(sock, OFFER)), sock
+def offer_for(port: int, **hello: Any) -> tuple[Offer, Connection]:
+    """Send a HELLO (``hello``: its key, abi, under) on a new connection; the OFFER it gets, and the connection."""
+    conn = dial(port)
+    conn.sock.sendall(conn.hello(**hello))
+    return conn.offer(), conn
 
 
 def closed_by_peer(sock: socket.socket) -> bool:
@@ -182,9 +221,12 @@ class VerbsController:
         self.ib_port = 1
         self.port_attr = self.ctx.query_port(self.ib_port)
         self.gid_index, self.gid = self._roce_v2_ipv4_gid()
-        self.sock = dial(port)
-        self.sock.sendall(hello())
-        self.offer = Offer.unpack(recv_message(self.sock, OFFER))
+        self.conn = dial(port)
+        self.sock = self.conn.sock
+        self.sock.sendall(self.conn.hello())
+        self.offer = self.conn.offer()
+        # docs/rdma.md: the controller believes no OFFER whose tag does not check
+        assert self.conn.proves_the_secret(self.offer), self.offer
         self.seq = self.offer.served  # the last round's; this controller's are numbered after it
 
     def _roce_v2_ipv4_gid(self) -> tuple[int, bytes]:
@@ -299,7 +341,7 @@ class Coprocessor:
 
     @property
     def config(self) -> str:
-        return f"host={HOST};port={self.port}"
+        return endpoint_config(HOST, self.port)  # with the secret file the coprocessor was given
 
 
 @pytest.fixture(scope="module")
@@ -346,9 +388,10 @@ def test_steane_rounds_through_pyverbs(coprocessor, controller):
 
 
 def test_a_non_backline_peer_is_dropped_and_the_coprocessor_serves_on(coprocessor):
-    with dial(coprocessor.port) as sock:
-        sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
-        assert closed_by_peer(sock)
+    conn = dial(coprocessor.port)
+    with conn.sock:
+        conn.sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        assert closed_by_peer(conn.sock)
     assert coprocessor.proc.poll() is None
     session = Session.open("rdma", "controller", KEY, config=coprocessor.config, in_bytes=1, out_bytes=1)
     try:
@@ -357,30 +400,67 @@ def test_a_non_backline_peer_is_dropped_and_the_coprocessor_serves_on(coprocesso
         session.destroy()
     coprocessor.served += 1
     log = coprocessor.stderr.read_text()
-    assert 'is not a Backline rdma peer: it sent "GET / HTTP/1"' in log, log
+    assert 'not a Backline rdma controller (it sent "GET / HTTP/1")' in log, log
 
 
-@pytest.mark.parametrize("first, status, says", [
-    (hello(key="other"), lib.BL_ENOTFOUND, "this port serves key 'dec', not 'other'"),
-    (hello(abi=999), lib.BL_EABI, "ABI 999"),
-    (HEADER.pack(MAGIC, 2, HELLO, 72), lib.BL_EABI, "version 2 of the rdma handshake"),
-], ids=["another-key", "another-abi", "another-handshake-version"])
-def test_a_controller_it_cannot_serve_is_refused_with_a_reason(coprocessor, first, status, says):
-    offer, sock = offer_for(coprocessor.port, first)
-    with sock:
+@pytest.mark.parametrize("hello, status, says", [
+    ({"key": "other"}, lib.BL_ENOTFOUND, "this port does not serve key 'other'"),
+    ({"abi": 999}, lib.BL_EABI, "ABI 999"),
+], ids=["another-key", "another-abi"])
+def test_a_controller_it_cannot_serve_is_refused_with_a_reason_it_can_believe(coprocessor, hello, status, says):
+    offer, conn = offer_for(coprocessor.port, **hello)
+    with conn.sock:
         assert offer.status == status
         assert says in offer.text, offer.text
-        assert closed_by_peer(sock)
+        assert f"'{KEY}'" not in offer.text  # what the port serves is told to no one
+        assert conn.proves_the_secret(offer)  # an authenticated controller's refusal is signed
+        assert closed_by_peer(conn.sock)
+
+
+def test_another_handshake_version_is_refused_before_its_body_is_read(coprocessor):
+    conn = dial(coprocessor.port)
+    with conn.sock:
+        conn.sock.sendall(HEADER.pack(MAGIC, 1, HELLO, 72))  # version 1's HELLO header
+        offer = conn.offer()
+        assert offer.status == lib.BL_EABI
+        assert "version 1 of the rdma handshake, this coprocessor version 2" in offer.text, offer.text
+        assert offer.tag == bytes(TAG_BYTES)  # unauthenticated: nothing to sign
+        assert closed_by_peer(conn.sock)
+
+
+def test_a_controller_without_the_secret_is_refused_and_told_nothing(coprocessor):
+    offer, conn = offer_for(coprocessor.port, under=b"not the coprocessor's secret, 32+ bytes long")
+    with conn.sock:
+        assert offer.status == lib.BL_EAUTH
+        assert "authentication failed" in offer.text and "secret_file" in offer.text, offer.text
+        assert (offer.slots, offer.slot_bytes, offer.served, offer.tag) == (0, 0, 0, bytes(TAG_BYTES))
+        assert offer.peer == Peer(0, 0, bytes(16), 0, 0, 0)
+        assert closed_by_peer(conn.sock)
+
+
+def test_a_hello_replayed_on_another_connection_is_refused(coprocessor):
+    # A relay that saw one connection's HELLO cannot reuse it: the tag covers the nonce and the
+    # addresses of the connection it was made for.
+    first = dial(coprocessor.port)
+    with first.sock:
+        seen = first.hello()
+        second = dial(coprocessor.port)
+        with second.sock:
+            second.sock.sendall(seen)
+            offer = second.offer()
+            assert offer.status == lib.BL_EAUTH, offer
+            assert closed_by_peer(second.sock)
 
 
 def test_a_second_controller_is_busy_while_one_is_connected(coprocessor, controller):
     assert controller.offer.served == coprocessor.served
     controller.connect()
-    offer, sock = offer_for(coprocessor.port, hello())
-    with sock:
+    offer, conn = offer_for(coprocessor.port)
+    with conn.sock:
         assert offer.status == lib.BL_EBUSY, offer
         assert "another controller" in offer.text
-        assert closed_by_peer(sock)
+        assert conn.proves_the_secret(offer)
+        assert closed_by_peer(conn.sock)
     seq = controller.post(b"\x07")  # the first one is still served
     assert controller.reply(seq) == ((seq, 1, 0, 0, 0, 0), b"\x04")
     coprocessor.served = controller.seq
