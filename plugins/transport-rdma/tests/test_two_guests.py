@@ -20,11 +20,15 @@ from pathlib import Path
 
 import pytest
 
+from backline_core.sdk import generate_secret_file
+
 GUEST = Path(__file__).resolve().parents[1] / "guest" / "run-in-guest"
 REPO = Path(__file__).resolve().parents[3]
 PORT = 18515
 ROUNDS = 2000
 BENCH_ROUNDS = 5000
+#: Where each guest keeps its copy of the two ends' secret (its own tmpfs, mode 0600).
+SECRET = "/tmp/backline-two-guests.secret"
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("BACKLINE_REQUIRE_RDMA") != "1",
@@ -37,7 +41,7 @@ from backline_core import Session
 table = [0x00, 0x01, 0x10, 0x02, 0x40, 0x08, 0x20, 0x04]
 t0 = time.monotonic()
 s = Session.open("rdma", "controller", "bench", in_bytes=1, out_bytes=1,
-                 config="host=10.99.0.2;port={PORT};timeout_ms=10000;connect_timeout_ms=240000")
+                 config="host=10.99.0.2;port={PORT};timeout_ms=10000;connect_timeout_ms=240000;secret_file={SECRET}")
 print(f"connected after {{time.monotonic() - t0:.1f}} s", flush=True)
 rtt = []
 for i in range({ROUNDS}):
@@ -78,16 +82,20 @@ def test_rounds_cross_two_guests_on_a_virtual_wire() -> None:
     a_port, b_port = _free_udp_port(), _free_udp_port()
     scratch = Path(tempfile.mkdtemp(prefix="backline-two-guests-"))
     python = sys.executable
+    # One secret for both ends, made here; each guest copies it into its own tmpfs, mode 0600
+    # (the host's root filesystem is its read-only lower layer).
+    generate_secret_file(str(scratch / "secret"))
+    copy_secret = f"install -m 600 {scratch / 'secret'} {SECRET}"
     # Two CPUs in the coprocessor's guest: its poller and the floor responder each spin on one.
-    serve = (f"ip addr add 10.99.0.2/24 dev eth0 && {python} -m backline_core rdma bench-peer "
-             f"--host 10.99.0.2 --port {PORT} --fn steane --cpu 1 --floor-cpu 0 --duration 800")
+    serve = (f"ip addr add 10.99.0.2/24 dev eth0 && {copy_secret} && {python} -m backline_core rdma bench-peer "
+             f"--host 10.99.0.2 --port {PORT} --fn steane --cpu 1 --floor-cpu 0 --duration 800 --secret-file {SECRET}")
     (scratch / "controller.py").write_text(CONTROLLER)
-    control = (f"ip addr add 10.99.0.1/24 dev eth0 && "
+    control = (f"ip addr add 10.99.0.1/24 dev eth0 && {copy_secret} && "
                f"for i in $(seq 120); do busybox ping -c1 -W1 10.99.0.2 >/dev/null && break; done && "
                f"{python} {scratch / 'controller.py'} && "
                f"{python} -m backline_core bench --transport rdma --peer 10.99.0.2:{PORT} "
                f"--coprocessor-fn steane --payload-bytes 1 --rounds {BENCH_ROUNDS} --block 1000 --no-progress "
-               f"--controller-cpu 0")
+               f"--controller-cpu 0 --transport-arg secret_file={SECRET}")
     b = _guest(scratch / "b", "52:54:00:00:00:02", b_port, a_port, serve, smp=2)
     a = _guest(scratch / "a", "52:54:00:00:00:01", a_port, b_port, control)
     try:
