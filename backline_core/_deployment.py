@@ -25,14 +25,16 @@ import re
 import subprocess
 import sys
 import tempfile
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from ._errors import STATUS, InvalidArgumentError, PlacementError, TransportError
-from ._process import ChildProcess, describe_exit
+from ._process import ChildProcess, describe_exit, exit_on_stop_signals
 from ._placement import Placement
 from . import _plugins as plugins
-from ._resolution import DEFAULT_EXECUTOR, Resolution, ResolvedNode, resolve
+from ._resolution import DEFAULT_EXECUTOR, Resolution, ResolvedNode, needs_secret, resolve, with_secret
+from ._trust import DeploymentSecret
 from ._session import Session, resolve_function
 
 
@@ -148,16 +150,39 @@ def function_spec(fn: object) -> str:
 
 
 class Deployment:
-    """Live sessions for a placement: one controller session per coprocessor, keyed by its name."""
+    """Live sessions for a placement: one controller session per coprocessor, keyed by its name.
+
+    What it started is released by :meth:`close`, and also at garbage collection and at
+    interpreter exit (``weakref.finalize``). A deployment with helper processes or executors
+    makes SIGTERM and SIGHUP end this process through ``SystemExit`` where their handlers are
+    still the default (:func:`~backline_core.sdk.exit_on_stop_signals`), so that exit runs too:
+    a coprocessor in an executor owns its shared-memory segment there and removes it only when
+    told to stop, and SIGTERM's default action would end this process without telling it.
+    """
 
     def __init__(self, placement: Placement, *, in_bytes: int, out_bytes: int) -> None:
-        self.placement = placement
         self.resolution = resolve(placement)
+        #: a networked transport's ends authenticate: with no secret_file given, one made for this deployment
+        self.secret: DeploymentSecret | None = None
+        if needs_secret(self.resolution):
+            self.secret = DeploymentSecret()
+            try:
+                placement = with_secret(placement, self.secret.path)
+                self.resolution = resolve(placement)
+            except BaseException:
+                self.secret.remove()
+                raise
+        self.placement = placement
         self.coprocessor_sessions: dict[str, Session] = {}
         self.processes: dict[str, CoprocessorProcess] = {}
         #: coprocessors running in executors: name -> the executor plugin's handle (``stop()``)
         self.executor_runs: dict[str, Any] = {}
         self.controller_sessions: dict[str, Session] = {}
+        # holds what to release, not self: it also runs when self is collected or the interpreter exits
+        self._finalizer = weakref.finalize(self, _release, self.controller_sessions, self.coprocessor_sessions,
+                                           self.executor_runs, self.processes, self.secret)
+        if any(node.runs_in in ("process", "executor") for node in self.resolution.coprocessors):
+            exit_on_stop_signals()
         try:
             for node in self.resolution.coprocessors:
                 self._bring_up_coprocessor(node, in_bytes, out_bytes)
@@ -203,28 +228,39 @@ class Deployment:
 
     def close(self) -> None:
         """Destroy every session and stop every helper process (idempotent)."""
-        for group in (self.controller_sessions, self.coprocessor_sessions):
-            for s in group.values():
-                s.destroy()
-            group.clear()
-        errors = []
-        for run in self.executor_runs.values():
-            try:
-                run.stop()  # stop launch, await the serve launch, close the executor session
-            except Exception as exc:  # the others still stop; the first failure is reported
-                errors.append(exc)
-        self.executor_runs.clear()
-        for proc in self.processes.values():
-            proc.terminate()
-        self.processes.clear()
-        if errors:
-            raise errors[0]
+        self._finalizer()
 
     def __enter__(self) -> Deployment:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _release(controller_sessions: dict[str, Session], coprocessor_sessions: dict[str, Session],
+             executor_runs: dict[str, Any], processes: dict[str, CoprocessorProcess],
+             secret: DeploymentSecret | None) -> None:
+    """What :meth:`Deployment.close` does: destroy the sessions, stop the executor runs and the
+    helper processes, remove the deployment's secret; the first failure is raised once all that
+    is done."""
+    for group in (controller_sessions, coprocessor_sessions):
+        for s in group.values():
+            s.destroy()
+        group.clear()
+    errors = []
+    for run in executor_runs.values():
+        try:
+            run.stop()  # stop launch, await the serve launch, close the executor session
+        except Exception as exc:  # the others still stop; the first failure is reported
+            errors.append(exc)
+    executor_runs.clear()
+    for proc in processes.values():
+        proc.terminate()
+    processes.clear()
+    if secret is not None:
+        secret.remove()
+    if errors:
+        raise errors[0]
 
 
 def start_process(node: ResolvedNode) -> CoprocessorProcess:

@@ -18,9 +18,11 @@ import os
 import queue
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -28,8 +30,8 @@ from typing import Any
 
 from ._errors import BacklineError, DeadlineError, TransportError
 
-__all__ = ["ChildProcess", "StopWatch", "children", "describe_exit", "free_port", "proc_stat", "proc_state",
-           "stop_process", "zombie"]
+__all__ = ["ChildProcess", "StopWatch", "children", "describe_exit", "exit_on_stop_signals", "free_port",
+           "private_tempdir", "proc_stat", "proc_state", "stop_process", "zombie"]
 
 #: this process's parent when the kit was first imported (a child imports it early), so a
 #: parent that died while the child started is still seen
@@ -149,6 +151,131 @@ def resume(pid: int) -> None:
     """SIGCONT ``pid`` (nothing if it is gone)."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGCONT)
+
+
+#: the signal that :func:`exit_on_stop_signals` turned into SystemExit, once one has come
+_STOPPING: list[int] = []
+
+
+def _exit_on_signal(signum: int, _frame: Any) -> None:
+    if _STOPPING:  # the first one's clean-up is running (each step has its deadline): let it finish
+        return
+    _STOPPING.append(signum)
+    raise SystemExit(128 + signum)
+
+
+def exit_on_stop_signals() -> bool:
+    """Make SIGTERM and SIGHUP end this process the way Ctrl-C (SIGINT: KeyboardInterrupt) does:
+    as an exception in the main thread, ``SystemExit(128 + signal)``, so ``finally`` blocks,
+    context managers, atexit and ``weakref.finalize`` run and what the process holds (children,
+    shared-memory segments, temp folders) is released. Their default action ends Python at once,
+    with none of that. A signal with a handler of the program's own (or ignored) is left alone; a
+    stop signal that comes while the first one's clean-up runs is ignored (SIGKILL still ends
+    it). Idempotent; from another thread it does nothing. Whether both are now handled so.
+
+    ``deploy`` (for a deployment with helper processes or executors), ``backline bench`` and
+    ``backline executor bench`` call it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    handled = True
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        current = signal.getsignal(signum)
+        if current is signal.SIG_DFL:
+            signal.signal(signum, _exit_on_signal)
+        elif current is not _exit_on_signal:
+            handled = False
+    return handled
+
+
+#: an owned temp folder's name: PREFIX, its owner's pid and start time (clock ticks after boot),
+#: mkdtemp's eight random characters
+_OWNED = re.compile(r"^(backline-.*)-(\d+)\.(\d+)-[a-z0-9_]{8}$")
+
+
+def _start_time(pid: int | str) -> int | None:
+    fields = proc_stat(pid)
+    try:
+        return int(fields[19]) if fields is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
+class _Reaper:
+    """One ``sh`` per process that removes the folders it is told of (a line each on its stdin)
+    once this process has ended, however it ended: the kernel closes the pipe's write end when
+    the last process holding it is gone, even after SIGKILL, and sh's ``read`` ends. It has a
+    process group of its own and ignores SIGINT and SIGHUP, so a terminal's Ctrl-C or hang-up
+    does not end it before this process has cleaned up (or died)."""
+
+    SCRIPT = ('trap "" INT HUP; while IFS= read -r d; do set -- "$@" "$d"; done; '
+              '[ $# -eq 0 ] || rm -rf -- "$@"')
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def register(self, path: str) -> bool:
+        """Whether the reaper will remove ``path`` (False: no sh here, or a name sh cannot read back)."""
+        if "\n" in path:
+            return False
+        with self._lock:
+            try:
+                if self._proc is None or self._proc.poll() is not None:
+                    self._proc = subprocess.Popen(["/bin/sh", "-c", self.SCRIPT, "sh"], stdin=subprocess.PIPE,
+                                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                                  process_group=0, close_fds=True)
+                assert self._proc.stdin is not None
+                self._proc.stdin.write(os.fsencode(path) + b"\n")
+                self._proc.stdin.flush()
+            except OSError:
+                return False
+        return True
+
+
+_REAPER = _Reaper()
+
+
+def sweep_orphaned_tempdirs(parent: str | None = None) -> list[str]:
+    """Remove the folders :func:`private_tempdir` made in ``parent`` (default: the temp dir) whose
+    owner is gone, pid and start time alike (its reaper died with it); the paths removed. Only
+    this user's folders, never a symlink."""
+    parent = tempfile.gettempdir() if parent is None else parent
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    uid = os.geteuid()
+    for name in names:
+        match = _OWNED.match(name)
+        if match is None or _start_time(match.group(2)) == int(match.group(3)):
+            continue  # not such a folder, or its owner still runs
+        path = os.path.join(parent, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_uid == uid and (st.st_mode & 0o170000) == 0o040000:  # a directory of ours, not a symlink
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def private_tempdir(prefix: str) -> str:
+    """A fresh folder only this user can enter (0700), in the temp dir, that does not outlive this
+    process: the caller removes it when done (``shutil.rmtree``); if this process ends first,
+    however it ends (SIGKILL too, when no ``finally`` runs), its reaper child removes it. Its name
+    carries this process's pid and start time, so should the reaper have died too, the next
+    call (in any process) removes it (:func:`sweep_orphaned_tempdirs`). ``prefix`` starts with
+    ``backline-``.
+    """
+    if not prefix.startswith("backline-") or "/" in prefix:
+        raise ValueError(f"prefix={prefix!r} must start with 'backline-' and name no folder")
+    sweep_orphaned_tempdirs()
+    path = tempfile.mkdtemp(prefix=f"{prefix.rstrip('-')}-{os.getpid()}.{_start_time('self')}-")
+    _REAPER.register(path)
+    return path
 
 
 class StopWatch:

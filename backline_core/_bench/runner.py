@@ -25,7 +25,7 @@ from .._coprocessor_function import CoprocessorFunction
 from .._deployment import connect_controller, deploy
 from .._errors import BacklineError, from_status
 from .._placement import Controller, Coprocessor, Endpoint, Placement
-from .._process import free_port, pause, resume
+from .._process import exit_on_stop_signals, free_port, pause, resume
 from .._resolution import resolve
 from .code import load_code
 from .config import PAYLOAD_TABLE, PEER_KEY, BenchConfig, ring_geometry
@@ -150,6 +150,8 @@ def run(cfg: BenchConfig, stream: TextIO | None = None) -> BenchResult | Control
     A CPU controller's run gives a :class:`BenchResult`; another controller's own bench
     (``Transport.controller_bench``) gives what it returns."""
     cfg.validate()
+    # SIGTERM/SIGHUP unwind the run like Ctrl-C: the coprocessor, its executor and its segment go with it
+    exit_on_stop_signals()
     decoder = plugins.get("decoder", cfg.coprocessor_fn)
     params: dict[str, Any] = dict(cfg.decoder_params)
     code = load_code(cfg.code) if cfg.code is not None else None

@@ -47,7 +47,8 @@ _EXPORTS: dict[str, str] = {
     "ChildProcess": "_process", "StopWatch": "_process", "proc_state": "_process", "children": "_process",
     "describe_exit": "_process", "free_port": "_process", "gone": "_process", "pause": "_process",
     "resume": "_process", "proc_stat": "_process", "interpreter": "_deployment", "stop_process": "_process",
-    "zombie": "_process", "signal_name": "_process",
+    "zombie": "_process", "signal_name": "_process", "exit_on_stop_signals": "_process",
+    "private_tempdir": "_process", "sweep_orphaned_tempdirs": "_process",
     # the bench and the floor kit
     "BenchConfig": "_bench.config", "PEER_KEY": "_bench.config", "RoundRunner": "_bench.runner",
     "BenchResult": "_bench.report", "Series": "_bench.report", "format_report": "_bench.report",

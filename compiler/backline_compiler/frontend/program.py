@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import shutil
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +14,7 @@ import numpy as np
 from xdsl.dialects import llvm
 from xdsl.passes import ModulePass
 
-from backline_core.sdk import QuantumDevice, from_status, last_error, summary
+from backline_core.sdk import QuantumDevice, from_status, last_error, private_tempdir, summary
 
 from .. import codegen, pipeline
 from ..dialects import bqec
@@ -113,14 +114,15 @@ class CompiledQNode:
         if placement.coprocessors:
             stages.append(None)  # the transport stage: message sizes are known once QEC has run
         stages.append(LOWER)
-        #: where the executor-run coprocessors' objects are, until this program goes (setup sends them)
-        self._objects: tempfile.TemporaryDirectory[str] | None = None
+        #: where the executor-run coprocessors' objects are, until this program goes (setup sends them):
+        #: removed then, or, should this process be killed first, by its reaper (private_tempdir)
+        self._objects: str | None = None
         if any(node.runs_in == "executor" for node in device.resolution.coprocessors):
             if keep_intermediate:
                 workspace = os.path.join(keep_intermediate, "objects")
             else:
-                self._objects = tempfile.TemporaryDirectory(prefix="backline-objects-")
-                workspace = self._objects.name
+                self._objects = workspace = private_tempdir("backline-objects-")
+                weakref.finalize(self, shutil.rmtree, workspace, True)
             stages.append(executor_stage(workspace))
         ran: list[ModulePass] = []
         for n, stage in enumerate(stages, 1):

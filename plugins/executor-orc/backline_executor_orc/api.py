@@ -19,12 +19,11 @@ and with it the coprocessor.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Sequence
 from typing import Any
 
 from backline_core import PlacementError, ResolvedNode, TransportError, plugins
-from backline_core.sdk import check, ffi, lib
+from backline_core.sdk import check, ffi, lib, private_tempdir
 
 
 def cli(argv: Sequence[str]) -> int:
@@ -74,7 +73,8 @@ class ExecutorRun:
         self.address = str(options["address"])
         self._session: Any = None
         self._serve_token = 0
-        self._workspace = tempfile.mkdtemp(prefix=f"backline-exec-{node.name}-")
+        # the node's object: removed at stop, or by this process's reaper if it dies first
+        self._workspace = private_tempdir(f"backline-exec-{node.name}-")
         try:
             from .handle import configure_client
 

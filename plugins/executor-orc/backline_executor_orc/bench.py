@@ -15,14 +15,14 @@ No threshold is asserted: the report is the product (the machines here are share
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
-import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from backline_core.sdk import check, ffi, lib, summary
+from backline_core.sdk import check, exit_on_stop_signals, ffi, lib, private_tempdir, summary
 
 from .api import open_session
 from .handle import Executor
@@ -146,12 +146,15 @@ def _shipped(address: str, path: str, rounds: int = 0) -> tuple[float, float, li
 def measure(executor: Executor, label: str, rounds: int, obj: str, data: bytes, ready_s: float) -> list[str]:
     """The report lines for one executor."""
     lines = []
-    with tempfile.TemporaryDirectory(prefix="backline-exec-bench-") as workspace:
+    workspace = private_tempdir("backline-exec-bench-")
+    try:
         decoder = _decoder_object(executor, workspace)
         if decoder is not None:
             opened, sent, _ = _shipped(executor.address, decoder)
             lines.append(f"{label}: decoder object (steane coprocessor over memcpy, {os.path.getsize(decoder)} B): "
                          f"open {1e3 * opened:.2f} ms + send_binary and link {1e3 * sent:.2f} ms")
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
     opened, sent, remote = _shipped(executor.address, obj, rounds)
     local = _local_call(data, rounds)
     floor = _tcp_floor(rounds)
@@ -183,7 +186,10 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(list(argv))
     if args.rounds < 10:
         parser.error("--rounds must be at least 10")
-    with tempfile.TemporaryDirectory(prefix="backline-exec-bench-") as tmp:
+    # SIGTERM/SIGHUP unwind the bench like Ctrl-C; the folder goes even if this process is killed
+    exit_on_stop_signals()
+    tmp = private_tempdir("backline-exec-bench-")
+    try:
         obj = os.path.join(tmp, "add1.o")
         data = _object(obj)
         t0 = time.perf_counter()
@@ -200,4 +206,6 @@ def main(argv: Sequence[str]) -> int:
                 ready = time.perf_counter() - t0
                 for line in measure(ex, f"ssh {args.ssh}", args.rounds, obj, data, ready):
                     print(line, flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
