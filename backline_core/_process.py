@@ -78,7 +78,11 @@ def children(pid: int | None = None, *, pgid: int | None = None, zombies: bool =
     every live process of that process group; ``zombies=True`` counts the unreaped too."""
     want = os.getpid() if pid is None else pid
     found = []
+    # This process's folder reaper lives as long as it does: it is the kit's, not a child left behind.
+    reaper = _REAPER.pid if want == os.getpid() else None
     for entry in filter(str.isdigit, os.listdir("/proc")):
+        if reaper is not None and int(entry) == reaper:
+            continue
         fields = proc_stat(entry)
         if fields is None or fields[0] == "X" or (fields[0] == "Z" and not zombies):
             continue
@@ -214,6 +218,12 @@ class _Reaper:
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        """The reaper's pid while it runs."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.returncode is None else None
 
     def register(self, path: str) -> bool:
         """Whether the reaper will remove ``path`` (False: no sh here, or a name sh cannot read back)."""

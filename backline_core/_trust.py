@@ -15,12 +15,12 @@ import shutil
 import socket
 import stat
 import struct
-import tempfile
 from collections import OrderedDict
 from collections.abc import Hashable
 
 from ._abi import lib
 from ._errors import BacklineError
+from ._process import private_tempdir
 
 #: restated from backline/trust.h (cffi reads only numeric defines)
 LABEL_PREFIX = b"backline-trust/1 "
@@ -101,7 +101,7 @@ class DeploymentSecret:
     """A secret made for one deployment: a file in a private folder, removed by :meth:`remove`."""
 
     def __init__(self) -> None:
-        self.folder = tempfile.mkdtemp(prefix="backline-secret-")  # mode 0700
+        self.folder = private_tempdir("backline-secret-")  # 0700, removed by a reaper should this process be killed
         self.path = generate_secret_file(os.path.join(self.folder, "secret"))
 
     def remove(self) -> None:
