@@ -63,7 +63,6 @@ def test_layouts_are_the_documented_sizes():
     assert HEADER.size == 12 and PEER.size == 44 and HELLO_BODY.size == BODY_BYTES[HELLO] and ASK.size == 72
     assert OFFER_HEAD.size + PEER.size + TEXT_BYTES + TAG_BYTES == BODY_BYTES[OFFER]
     assert (NONCE_BYTES, TAG_BYTES) == (lib.BL_TRUST_NONCE_BYTES, lib.BL_TRUST_TAG_BYTES) == (BODY_BYTES[CHALLENGE], 32)
-    assert VERSION == lib.BL_REMOTE_HANDSHAKE_VERSION
     assert PEER.size == BODY_BYTES[CONNECT] and READY_BODY.size == BODY_BYTES[READY]
     assert FRAME.size == lib.BL_FRAME_HEADER_BYTES
 
