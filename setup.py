@@ -28,7 +28,9 @@ runtime = build.plain_library(
         "runtime", "functions", "bench", "device", "stream_frame",
         # the executor client (backline/executor.h), by concern: see executor_internal.h
         "executor_frames", "executor_net", "executor_auth", "executor_conn", "executor_signature",
-        "executor_objects", "executor_calls")],
+        "executor_objects", "executor_calls",
+        # the trust kit (backline/sdk/oob.h) the executor client authenticates with; hidden visibility
+        "oob")],
     include_dirs=["backline_core/native/include"],
     libraries=["dl", "pthread"],
 )

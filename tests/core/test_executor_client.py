@@ -1,12 +1,12 @@
 """The executor client (executor.h, executor_*.c in libbackline) against a protocol peer.
 
 The real server is the backline-executor-orc plugin; these tests need only the core. The
-peer below is the server side of protocol version 1 written from the protocol's text
-(docs/executor-protocol.md) with ``hmac``/``secrets``: it checks every byte the client
-sends (frame headers, the AUTH proof, request bodies) and records what does not conform,
-and it answers with what each test scripts, including replies a broken server might send.
-Constants come from the header through cffi, except the two HMAC labels (strings, which
-cffi's cdef does not carry), restated here from the protocol.
+peer below is the server side of protocol version 2 written from the protocol's text
+(docs/executor-protocol.md, backline/trust.h) with ``hmac``/``secrets``: it checks every
+byte the client sends (frame headers, the AUTH proof, request bodies) and records what does
+not conform, and it answers with what each test scripts, including replies a broken server
+might send. Constants come from the header through cffi, except the transcript's label
+(a string, which cffi's cdef does not carry), restated here from trust.h.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ import pytest
 
 from backline_core._native import ffi, lib
 
-CLIENT_LABEL = b"backline-executor/1 client"
-SERVER_LABEL = b"backline-executor/1 server"
+LABEL = b"backline-trust/1 "
 SECRET = b"correct horse battery staple, 32"
 PEER_WAIT_S = 10.0  # the peer's own socket deadline: a broken client fails the test, never hangs it
 
@@ -47,6 +46,18 @@ def frame(kind: int, body: bytes = b"", version: int | None = None, length: int 
     v = lib.BL_EXECUTOR_PROTOCOL_VERSION if version is None else version
     n = len(body) if length is None else length
     return struct.pack(">IHHI", lib.BL_EXECUTOR_MAGIC, v, kind, n) + body
+
+
+def address(name: tuple) -> bytes:
+    """An IPv4 socket address as trust.h's transcript has it: ::ffff:a.b.c.d and the port."""
+    return b"\0" * 10 + b"\xff\xff" + socket.inet_aton(name[0]) + struct.pack(">H", name[1])
+
+
+def proof(secret: bytes, side: bytes, ns: bytes, nc: bytes, conn: socket.socket) -> bytes:
+    """trust.h's tag over protocol "executor", the nonces, the connection's addresses and no context."""
+    t = (LABEL + side + bytes([8]) + b"executor" + ns + nc + address(conn.getpeername())
+         + address(conn.getsockname()) + b"\0\0")
+    return hmac.new(secret, t, hashlib.sha256).digest()
 
 
 def pstr(data: bytes) -> bytes:
@@ -104,10 +115,10 @@ Handler = Callable[[int, bytes], "bytes | None"]
 
 @dataclass
 class Peer:
-    """A server of protocol 1 on 127.0.0.1:0 for `connections` connections, on a thread.
+    """A server of protocol 2 on 127.0.0.1:0 for `connections` connections, on a thread.
 
-    ``mode``: "ok" (a correct server), "silent" (accepts, sends nothing), "version2"
-    (a HELLO of protocol version 2), "bad_welcome" (checks AUTH, answers a WELCOME whose
+    ``mode``: "ok" (a correct server), "silent" (accepts, sends nothing), "version1"
+    (a HELLO of protocol version 1), "bad_welcome" (checks AUTH, answers a WELCOME whose
     tag is not the secret's).
     """
 
@@ -144,11 +155,11 @@ class Peer:
             recv_exact(conn, 1)  # until the client gives up and closes
             return
         ns = secrets.token_bytes(lib.BL_EXECUTOR_NONCE_BYTES)
-        version = 2 if self.mode == "version2" else None
+        version = 1 if self.mode == "version1" else None
         conn.sendall(frame(lib.BL_EXEC_HELLO, ns, version=version))
         header = recv_exact(conn, lib.BL_EXECUTOR_HEADER_BYTES)
         if header is None:
-            if self.mode != "version2":
+            if self.mode != "version1":
                 self.errors.append("the client closed before AUTH")
             return
         magic, ver, kind, length = struct.unpack(">IHHI", header)
@@ -160,12 +171,12 @@ class Peer:
         body = recv_exact(conn, length)
         nc, tag = body[:32], body[32:]
         self.client_nonces.append(nc)
-        if not hmac.compare_digest(tag, hmac.new(self.secret, CLIENT_LABEL + ns + nc, hashlib.sha256).digest()):
+        if not hmac.compare_digest(tag, proof(self.secret, b"client", ns, nc, conn)):
             self.auth_refused += 1
             conn.sendall(frame(lib.BL_EXEC_REFUSED))
             return
-        proof = hmac.new(self.secret, SERVER_LABEL + nc + ns, hashlib.sha256).digest()
-        conn.sendall(frame(lib.BL_EXEC_WELCOME, secrets.token_bytes(32) if self.mode == "bad_welcome" else proof))
+        welcome = proof(self.secret, b"server", ns, nc, conn)
+        conn.sendall(frame(lib.BL_EXEC_WELCOME, secrets.token_bytes(32) if self.mode == "bad_welcome" else welcome))
         while True:
             header = recv_exact(conn, lib.BL_EXECUTOR_HEADER_BYTES)
             if header is None:
@@ -315,10 +326,10 @@ def test_executor_without_the_secret_is_refused_by_the_client(peers, secret: Pat
 
 
 def test_protocol_version_mismatch_names_both_versions(peers, secret: Path) -> None:
-    peer = peers(secret_path=secret, mode="version2")
+    peer = peers(secret_path=secret, mode="version1")
     status, text = open_fails(peer.address)
     assert status < 0
-    assert "executor speaks protocol version 2, this client speaks 1" in text and peer.address in text
+    assert "executor speaks protocol version 1, this client speaks 2" in text and peer.address in text
 
 
 def test_silent_executor_times_out_at_the_configured_deadline(peers, secret: Path) -> None:

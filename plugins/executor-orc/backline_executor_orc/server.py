@@ -2,8 +2,12 @@
 
 One thread and a selector: it accepts, sends HELLO at once, reads exactly one AUTH frame
 per connection without blocking (a 12-byte header, checked before the 64-byte body is
-read, all within BL_EXECUTOR_HANDSHAKE_TIMEOUT_MS), answers WELCOME or REFUSED, and
-forks one session process (:mod:`.session`) per authenticated connection. It keeps its
+read, all within BL_TRUST_HANDSHAKE_TIMEOUT_MS of the accept), answers WELCOME or REFUSED,
+and forks one session process (:mod:`.session`) per authenticated connection. The tags
+are backline/trust.h's, bound to the connection's two addresses. Handshakes in progress
+pass a :class:`HandshakeGate` (BL_TRUST_MAX_PENDING in all, BL_TRUST_MAX_PENDING_PER_PEER
+from one address): a new connection over a limit closes the oldest pending one, so idle
+or junk connections cost a bounded number of descriptors and lock no client out. It keeps its
 own descriptor of each session's socket, so when a session process dies of a signal it
 can still tell the client (CRASHED). It stops on SIGTERM/SIGINT/SIGHUP or when the
 ``--parent-pid`` process exits: sessions get SIGTERM, then SIGKILL after 2 s, and are
@@ -14,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import hmac
 import logging
 import os
 import resource
@@ -29,17 +32,19 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from backline_core.sdk import StopWatch, lib, signal_name
+from backline_core.sdk import HandshakeGate, StopWatch, connection_addresses, lib, new_nonce, signal_name, tags_equal
 
 from . import session, wire
 
 log = logging.getLogger("backline.executor")
 
-MAX_PENDING = 128  #: handshakes in progress at once; more connections are closed at once
+MAX_PENDING = lib.BL_TRUST_MAX_PENDING  #: connections in their handshake (or drained after REFUSED) at once
+MAX_PENDING_PER_PEER = lib.BL_TRUST_MAX_PENDING_PER_PEER  #: ... from one peer address
+HANDSHAKE_TIMEOUT_S = lib.BL_TRUST_HANDSHAKE_TIMEOUT_MS / 1000  #: from accept to a checked AUTH
 STOP_GRACE_S = 2.0  #: SIGTERM -> SIGKILL for sessions when the supervisor stops
 LINGER_S = 0.5  #: how long a refused connection is drained so the client can read REFUSED
 _PR_SET_PDEATHSIG = 1
-_AUTH_BYTES = 2 * lib.BL_EXECUTOR_NONCE_BYTES  # client nonce | HMAC-SHA256 tag (32 bytes)
+_AUTH_BYTES = lib.BL_TRUST_NONCE_BYTES + lib.BL_TRUST_TAG_BYTES  # client nonce | tag_C
 
 
 def format_address(host: str, port: int) -> str:
@@ -47,12 +52,13 @@ def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _peer(sock: socket.socket) -> str:
+def _peer(sock: socket.socket) -> tuple[str, str]:
+    """(``host:port`` for messages, the host alone: the peer the gate counts)."""
     try:
         name = sock.getpeername()
     except OSError:
-        return "?"
-    return format_address(name[0], name[1])
+        return "?", "?"
+    return format_address(name[0], name[1]), name[0]
 
 
 @dataclass
@@ -63,6 +69,7 @@ class _Pending:
     peer: str
     nonce: bytes
     deadline: float
+    addresses: tuple[bytes, bytes] = (b"", b"")  # (client, server) as the transcript has them
     buf: bytearray = field(default_factory=bytearray)
     need: int = 0  # bytes wanted in buf before the next step
     lingering: bool = False
@@ -97,6 +104,7 @@ class Supervisor:
         self.keep_fds = set(keep_fds)
         self.pid = os.getpid()
         self.pending: dict[int, _Pending] = {}
+        self.gate = HandshakeGate(MAX_PENDING, MAX_PENDING_PER_PEER)  # keys: the descriptors of self.pending
         self.children: dict[int, _Child] = {}
         self.stop: StopWatch | None = None  # armed by run(): signals, the parent's exit
         self.stopping = False
@@ -168,13 +176,16 @@ class Supervisor:
                 if exc.errno in (errno.ECONNABORTED, errno.EPROTO):
                     continue
                 raise
-            peer = _peer(sock)
-            if len(self.pending) >= MAX_PENDING:
-                log.info("%s refused: %d handshakes already in progress", peer, MAX_PENDING)
+            accepted = time.monotonic()
+            peer, host = _peer(sock)
+            try:
+                addresses = connection_addresses(sock, server=True)
+            except (OSError, ValueError) as exc:  # reset already, or not an IP connection
+                log.info("%s closed: no addresses for the handshake (%s)", peer, exc)
                 sock.close()
                 continue
             sock.setblocking(False)
-            nonce = secrets.token_bytes(lib.BL_EXECUTOR_NONCE_BYTES)
+            nonce = new_nonce()
             hello = wire.frame(lib.BL_EXEC_HELLO, nonce)
             try:
                 sent = sock.send(hello)
@@ -186,15 +197,29 @@ class Supervisor:
                 log.info("%s closed: HELLO did not fit the socket buffer", peer)
                 sock.close()
                 continue
-            p = _Pending(sock=sock, peer=peer, nonce=nonce, deadline=time.monotonic() + wire.HANDSHAKE_TIMEOUT_S,
-                         need=wire.HEADER.size)
-            self.pending[sock.fileno()] = p
-            self.selector.register(sock, selectors.EVENT_READ, p)
+            p = _Pending(sock=sock, peer=peer, nonce=nonce, deadline=accepted + HANDSHAKE_TIMEOUT_S,
+                         addresses=addresses, need=wire.HEADER.size)
+            self._admit(p, host)
+
+    def _admit(self, p: _Pending, host: str) -> None:
+        """Track ``p`` as pending; the connection it displaces from the gate (if any) is closed."""
+        victim = self.gate.admit(p.sock.fileno(), host)
+        if victim is not None:
+            old = self.pending.get(victim)
+            if old is not None:
+                why = ("closed: a newer connection took its place (more than "
+                       f"{MAX_PENDING_PER_PEER} handshakes from {host}, or {MAX_PENDING} in all, at once)")
+                self._drop_pending(old, None if old.lingering else why)
+        self.pending[p.sock.fileno()] = p
+        self.selector.register(p.sock, selectors.EVENT_READ, p)
 
     def _drop_pending(self, p: _Pending, reason: str | None) -> None:
         if reason:
             log.info("%s %s", p.peer, reason)
-        self.pending.pop(p.sock.fileno(), None)
+        fd = p.sock.fileno()
+        if self.pending.get(fd) is p:
+            del self.pending[fd]
+            self.gate.done(fd)
         try:
             self.selector.unregister(p.sock)
         except (KeyError, ValueError):
@@ -244,9 +269,10 @@ class Supervisor:
             p.need += _AUTH_BYTES
             return
         body = bytes(p.buf[wire.HEADER.size:])
-        client_nonce, tag = body[: lib.BL_EXECUTOR_NONCE_BYTES], body[lib.BL_EXECUTOR_NONCE_BYTES:]
-        if not hmac.compare_digest(wire.client_tag(self._secret, p.nonce, client_nonce), tag):
-            self._refuse(p, "wrong authentication tag (the client does not hold this executor's secret)")
+        client_nonce, tag = body[: lib.BL_TRUST_NONCE_BYTES], body[lib.BL_TRUST_NONCE_BYTES:]
+        if not tags_equal(wire.client_tag(self._secret, p.nonce, client_nonce, *p.addresses), tag):
+            self._refuse(p, "wrong authentication tag (the client does not hold this executor's secret, "
+                         "or the connection is relayed)")
             return
         self._welcome(p, client_nonce)
 
@@ -257,9 +283,10 @@ class Supervisor:
 
     def _welcome(self, p: _Pending, client_nonce: bytes) -> None:
         self.pending.pop(p.sock.fileno(), None)
+        self.gate.done(p.sock.fileno())
         self.selector.unregister(p.sock)
         sock = p.sock
-        welcome = wire.frame(lib.BL_EXEC_WELCOME, wire.server_tag(self._secret, client_nonce, p.nonce))
+        welcome = wire.frame(lib.BL_EXEC_WELCOME, wire.server_tag(self._secret, p.nonce, client_nonce, *p.addresses))
         try:
             if sock.send(welcome) != len(welcome):
                 raise OSError("WELCOME did not fit the socket buffer")
@@ -279,8 +306,7 @@ class Supervisor:
                 sock.close()
                 return
             p.lingering, p.deadline = True, time.monotonic() + LINGER_S
-            self.pending[sock.fileno()] = p
-            self.selector.register(sock, selectors.EVENT_READ, p)
+            self._admit(p, _peer(sock)[1])
             return
         self._fork(sock, p.peer)
 

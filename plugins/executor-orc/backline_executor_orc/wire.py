@@ -1,9 +1,9 @@
-"""Frame codec of the executor protocol (version 1; ``docs/executor-protocol.md``).
+"""Frame codec of the executor protocol (version 2; ``docs/executor-protocol.md``).
 
 Every message is a 12-byte big-endian header (magic, version, type, body length) and a
 body. The numbers (magic, version, types, limits, deadlines) come from
-``backline/executor.h`` through ``backline_core.sdk.lib``; the two HMAC labels are
-string macros of the same header, read from the shipped header file.
+``backline/executor.h`` through ``backline_core.sdk.lib``; the handshake's tags are the
+trust kit's (``backline/trust.h``), bound to the connection's addresses.
 
 >>> from backline_executor_orc import wire
 >>> data = wire.frame(wire.lib.BL_EXEC_OK)
@@ -13,16 +13,14 @@ string macros of the same header, read from the shipped header file.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import os
-import re
 import socket
 import struct
 import time
 
-from backline_core import get_include
-from backline_core.sdk import lib
+from backline_core.sdk import lib, tag
+
+#: the handshake transcript's protocol name (backline/trust.h); the context is empty
+PROTOCOL = "executor"
 
 HEADER = struct.Struct(">IHHI")
 if HEADER.size != lib.BL_EXECUTOR_HEADER_BYTES:  # pragma: no cover - a header/codec mismatch
@@ -44,20 +42,6 @@ TYPE_NAMES: dict[int, str] = {
 REQUEST_TYPES = frozenset(
     getattr(lib, f"BL_EXEC_{n}") for n in ("SEND_BINARY", "LAUNCH", "LAUNCH_ASYNC", "AWAIT", "CALL", "CLOSE")
 )
-
-
-def _header_label(name: str) -> bytes:
-    """A string macro of executor.h (cffi's cdef only carries the numeric ones)."""
-    path = os.path.join(get_include(), "backline", "executor.h")
-    with open(path, encoding="utf-8") as fh:
-        match = re.search(rf'#define\s+{name}\s+"([^"\\]*)"', fh.read())
-    if not match:  # pragma: no cover - a broken install
-        raise ImportError(f"{path} does not define {name}; reinstall backline-core")
-    return match.group(1).encode("ascii")
-
-
-CLIENT_LABEL = _header_label("BL_EXECUTOR_CLIENT_LABEL")
-SERVER_LABEL = _header_label("BL_EXECUTOR_SERVER_LABEL")
 
 
 class ProtocolError(Exception):
@@ -225,14 +209,14 @@ class Reader:
             raise ProtocolError(f"{self._what}: {len(self._view) - self._pos} unexpected bytes after the last field")
 
 
-def client_tag(secret: bytes, server_nonce: bytes, client_nonce: bytes) -> bytes:
-    """The client's proof: HMAC-SHA256(K, client label | Ns | Nc)."""
-    return hmac.new(secret, CLIENT_LABEL + server_nonce + client_nonce, hashlib.sha256).digest()
+def client_tag(secret: bytes, server_nonce: bytes, client_nonce: bytes, client: bytes, server: bytes) -> bytes:
+    """AUTH's proof: trust.h's tag(K, "client", "executor", Ns, Nc, client address, server address)."""
+    return tag(secret, "client", PROTOCOL, server_nonce, client_nonce, client, server)
 
 
-def server_tag(secret: bytes, client_nonce: bytes, server_nonce: bytes) -> bytes:
-    """The server's proof: HMAC-SHA256(K, server label | Nc | Ns)."""
-    return hmac.new(secret, SERVER_LABEL + client_nonce + server_nonce, hashlib.sha256).digest()
+def server_tag(secret: bytes, server_nonce: bytes, client_nonce: bytes, client: bytes, server: bytes) -> bytes:
+    """WELCOME's proof: the same transcript, side "server"."""
+    return tag(secret, "server", PROTOCOL, server_nonce, client_nonce, client, server)
 
 
 def recv_exact(sock: socket.socket, n: int, deadline: float | None, what: str) -> bytes:

@@ -28,7 +28,7 @@ from backline_executor_orc import wire
 from backline_executor_orc.secret import generate_secret_file, read_secret_file
 
 from backline_core import TransportError
-from backline_core.sdk import ChildProcess, children, gone, lib, stop_process
+from backline_core.sdk import ChildProcess, children, connection_addresses, gone, lib, stop_process
 
 llvm.initialize_native_target()
 llvm.initialize_native_asmprinter()
@@ -283,12 +283,14 @@ class Client:
             t, self.server_nonce = self.read()
             assert t == lib.BL_EXEC_HELLO and len(self.server_nonce) == lib.BL_EXECUTOR_NONCE_BYTES
             nonce = nonce or os.urandom(lib.BL_EXECUTOR_NONCE_BYTES)
-            self.auth = wire.frame(lib.BL_EXEC_AUTH, nonce + wire.client_tag(secret, self.server_nonce, nonce))
+            self.addresses = connection_addresses(self.sock, server=False)
+            self.auth = wire.frame(lib.BL_EXEC_AUTH,
+                                   nonce + wire.client_tag(secret, self.server_nonce, nonce, *self.addresses))
             self.sock.sendall(self.auth)
             t, body = self.read()
             if t == lib.BL_EXEC_REFUSED:
                 raise Refused()
-            assert t == lib.BL_EXEC_WELCOME and body == wire.server_tag(secret, nonce, self.server_nonce)
+            assert t == lib.BL_EXEC_WELCOME and body == wire.server_tag(secret, self.server_nonce, nonce, *self.addresses)
             self.handshake_seconds = time.monotonic() - started
         except BaseException:
             self.sock.close()
@@ -432,7 +434,7 @@ def test_truncated_auth_gets_no_welcome(server):
 def test_silent_client_is_dropped_at_the_handshake_deadline(server):
     with socket.create_connection(server.host_port, timeout=REPLY_TIMEOUT) as s:
         wire.read_frame(s, idle_deadline=time.monotonic() + REPLY_TIMEOUT)
-        assert s.recv(1) == b""  # after BL_EXECUTOR_HANDSHAKE_TIMEOUT_MS
+        assert s.recv(1) == b""  # BL_TRUST_HANDSHAKE_TIMEOUT_MS after the accept
     assert "did not finish in time" in server.log_text()
 
 
@@ -768,3 +770,189 @@ def test_secret_from_the_environment(start, secret):
     server = start(secret=None, env={**os.environ, "BACKLINE_EXECUTOR_SECRET": secret.decode()})
     with Client(server, secret) as c:
         _ok(c.request(lib.BL_EXEC_CLOSE))
+
+
+# -- the trust kit: bounded handshakes, connection-bound tags, malformed objects ----------------
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
+def c_client_runs(address: str, secret_file: str) -> int:
+    """The real C client (libbackline): open a session at ``address``, call bl_abi_version there, close.
+
+    Returns what the executor's call returned; a failed open raises its Backline error.
+    """
+    from backline_core.sdk import check, ffi
+
+    check(lib.bl_executor_configure(address.encode(), secret_file.encode(), int(REPLY_TIMEOUT * 1000)))
+    session = lib.bl_executor_open(address.encode())
+    if session == ffi.NULL:
+        check(lib.bl_status_take())  # the open recorded its failure
+        raise AssertionError(f"bl_executor_open({address}) failed without a status")
+    try:
+        slot = ffi.new("int32_t *")
+        results = ffi.new("void *[1]", [slot])
+        check(lib.bl_executor_call(session, b"bl_abi_version", b"libbackline", b"i32 ()", ffi.NULL, 0, 0, results, 1))
+        return slot[0]
+    finally:
+        check(lib.bl_executor_close(session))
+
+
+def _junk_connection(server: Server, kind: int, source: str, rng: random.Random) -> socket.socket:
+    """One connection from ``source`` that never authenticates: idle, half-open or sending junk."""
+    s = socket.socket()
+    s.settimeout(REPLY_TIMEOUT)
+    try:
+        s.bind((source, 0))
+        s.connect(server.host_port)
+        if kind == 1:  # half-open: our side stops sending
+            s.shutdown(socket.SHUT_WR)
+        elif kind == 2:  # random bytes
+            s.sendall(os.urandom(rng.randint(1, 300)))
+        elif kind == 3:  # a valid AUTH header, then less than its body
+            s.sendall(wire.pack_header(lib.BL_EXEC_AUTH, 64) + os.urandom(rng.randint(0, 63)))
+        # kind 0: idle
+    except OSError:
+        pass  # the server may already have closed it to make room: that is the point
+    return s
+
+
+@pytest.mark.defect("128 idle unauthenticated connections locked every client out of the executor")
+def test_idle_and_junk_connections_lock_no_client_out(server, secret_file):
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4096:  # this test holds ~1,150 sockets at once
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    version = lib.bl_abi_version()
+    assert c_client_runs(server.address, secret_file) == version  # warm: the first session's imports are done
+    wait_until(lambda: not server.sessions(), 30, "the first session did not end")
+    fds, rss = fd_count(server.pid), rss_kib(server.pid)
+    # the bound while junk is connected: the gate's pending handshakes, plus a little slack
+    bound = fds + lib.BL_TRUST_MAX_PENDING + 8
+    rng = random.Random(11)
+    held: list[socket.socket] = []
+    try:
+        for _ in range(128):  # idle, each accepted (it got its HELLO): the old limit, all used up
+            s = _junk_connection(server, 0, "127.0.0.1", rng)
+            held.append(s)
+            with contextlib.suppress(OSError, wire.ProtocolError):
+                wire.recv_exact(s, 12 + lib.BL_EXECUTOR_NONCE_BYTES, time.monotonic() + REPLY_TIMEOUT, "HELLO")
+        assert c_client_runs(server.address, secret_file) == version
+        assert fd_count(server.pid) <= bound
+        for i in range(1000):  # idle, half-open and junk-sending, from five loopback addresses
+            held.append(_junk_connection(server, i % 4, f"127.0.0.{1 + i % 5}", rng))
+        assert c_client_runs(server.address, secret_file) == version
+        assert fd_count(server.pid) <= bound, f"{fd_count(server.pid)} descriptors, over {bound}"
+    finally:
+        for s in held:
+            s.close()
+    # gone again: at most a session's descriptor still being reaped, and no growth of memory
+    # beyond allocator slack (16 MiB: the flood's 1,128 HELLOs and log lines are far less)
+    wait_until(lambda: not server.sessions() and fd_count(server.pid) <= fds, 30,
+               f"the server's descriptors did not return to {fds} (now {fd_count(server.pid)})")
+    assert rss_kib(server.pid) <= rss + 16 * 1024, f"VmRSS grew from {rss} KiB to {rss_kib(server.pid)} KiB"
+    assert server.proc.poll() is None
+    assert "a newer connection took its place" in server.log_text()
+
+
+class Relay:
+    """A TCP relay on 127.0.0.1: each connection to it is forwarded, both ways, to ``target``."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        import threading
+
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.1)
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.connections = 0
+        self.closing = False
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self.closing:
+            try:
+                a, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            b = socket.create_connection(self.target, timeout=REPLY_TIMEOUT)
+            for src, dst in ((a, b), (b, a)):
+                t = threading.Thread(target=self._pump, args=(src, dst), daemon=True)
+                self.threads.append(t)
+                t.start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        src.settimeout(0.1)
+        with contextlib.suppress(OSError):
+            while not self.closing:
+                try:
+                    data = src.recv(65536)
+                except TimeoutError:
+                    continue
+                if not data:
+                    dst.shutdown(socket.SHUT_WR)
+                    return
+                dst.sendall(data)
+
+    def close(self) -> None:
+        self.closing = True
+        self.listener.close()
+        for t in self.threads:
+            t.join(REPLY_TIMEOUT)
+        assert not any(t.is_alive() for t in self.threads), "a relay thread did not stop"
+
+    def __enter__(self) -> Relay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@pytest.mark.defect("a relay on the port a client dials could authenticate to the executor with the client's AUTH")
+def test_a_relayed_handshake_is_refused(server, secret_file):
+    from backline_core import AuthenticationError
+
+    with Relay(server.host_port) as relay:
+        with pytest.raises(AuthenticationError, match="refused authentication"):
+            c_client_runs(relay.address, secret_file)
+        assert relay.connections == 1
+    wait_until(lambda: "refused: wrong authentication tag" in server.log_text(), 30, "the refusal was not logged")
+    assert "authenticated" not in server.log_text() and not server.sessions_seen and not server.sessions()
+    assert c_client_runs(server.address, secret_file) == lib.bl_abi_version()  # a direct connection works
+
+
+def test_a_version_1_client_is_told_the_versions(server):
+    with socket.create_connection(server.host_port, timeout=REPLY_TIMEOUT) as s:
+        wire.read_frame(s, idle_deadline=time.monotonic() + REPLY_TIMEOUT)
+        s.sendall(struct.pack(">IHHI", lib.BL_EXECUTOR_MAGIC, 1, lib.BL_EXEC_AUTH, 64) + bytes(64))
+        assert wire.read_frame(s, idle_deadline=time.monotonic() + REPLY_TIMEOUT) == (lib.BL_EXEC_REFUSED, b"")
+    wait_until(lambda: "peer speaks protocol version 1, this executor speaks 2" in server.log_text(), 30,
+               "the version was not logged")
+
+
+@pytest.mark.parametrize("frame_type", ["SEND_BINARY", "LAUNCH", "CALL", "CLOSE", "AWAIT"])
+def test_oversized_headers_are_refused_before_any_body_is_read(server, secret, frame_type):
+    kind = getattr(lib, f"BL_EXEC_{frame_type}")
+    with Client(server, secret) as c:
+        sessions = wait_until(server.sessions, 30, "no session process")
+        c.sock.sendall(wire.pack_header(kind, 0xFFFFFFFF))  # 4 GiB announced, nothing follows
+        status, message = Reply(*c.read()).error()
+        assert status == lib.BL_ETOOBIG and f"a {frame_type} frame announced 4294967295 body bytes" in message
+        for pid in sessions:  # nothing like 4 GiB was allocated for the body
+            with contextlib.suppress(FileNotFoundError):  # the session may have ended already
+                status = Path(f"/proc/{pid}/status").read_text()
+                rss = [int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")]
+                assert all(kib < 1 << 20 for kib in rss), f"session process {pid}: VmRSS {rss} KiB"
+        assert c.at_eof()

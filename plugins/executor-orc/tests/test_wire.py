@@ -83,13 +83,18 @@ def test_messages_are_fitted():
     assert (r.i32("status"), r.str("message")) == (lib.BL_EINVAL, "bad\\0thing")
 
 
-def test_tags_use_the_header_labels():
-    assert wire.CLIENT_LABEL == b"backline-executor/1 client"
-    assert wire.SERVER_LABEL == b"backline-executor/1 server"
+def test_tags_are_the_trust_transcript_bound_to_the_addresses():
     k, ns, nc = b"k" * 32, b"s" * 32, b"c" * 32
-    assert wire.client_tag(k, ns, nc) == hmac.new(k, wire.CLIENT_LABEL + ns + nc, hashlib.sha256).digest()
-    assert wire.server_tag(k, nc, ns) == hmac.new(k, wire.SERVER_LABEL + nc + ns, hashlib.sha256).digest()
-    assert wire.client_tag(k, ns, nc) != wire.server_tag(k, nc, ns)
+    client, server = b"\0" * 10 + b"\xff\xff\x7f\0\0\1" + b"\x9c\x40", b"\0" * 15 + b"\1" + b"\x23\x28"
+
+    def want(side: bytes) -> bytes:  # backline/trust.h's T(side), written out by hand
+        t = b"backline-trust/1 " + side + bytes([8]) + b"executor" + ns + nc + client + server + b"\0\0"
+        return hmac.new(k, t, hashlib.sha256).digest()
+
+    assert wire.client_tag(k, ns, nc, client, server) == want(b"client")
+    assert wire.server_tag(k, ns, nc, client, server) == want(b"server")
+    other = client[:-1] + b"\x41"  # the same client on another port: a relay's connection
+    assert wire.client_tag(k, ns, nc, other, server) != want(b"client")
 
 
 @pytest.fixture

@@ -50,7 +50,8 @@
  *     protocol) ends the connection: later calls on it return BL_EPEER ("connection to
  *     executor ADDR was lost: ..."); a new bl_executor_open makes a new one.
  *   - Authentication: the connection is authenticated by a shared secret (HMAC-SHA256
- *     challenge-response, both ways; libcrypto is loaded at first use). The secret is the
+ *     challenge-response, both ways, bound to the connection's addresses: backline/trust.h;
+ *     libcrypto is loaded at first use). The secret is the
  *     content of a file: bl_executor_configure's `secret_file`, else env
  *     BACKLINE_EXECUTOR_SECRET_FILE. The file must be a regular file owned by this user,
  *     with no group/other permission bits (chmod 600), holding 16..4096 bytes (one
@@ -78,10 +79,17 @@ extern "C" {
 
 /* ---- wire protocol (docs/executor-protocol.md); header integers are big-endian ------ */
 #define BL_EXECUTOR_MAGIC 1112294744u /* 0x424C4558: big-endian on the wire, the bytes "BLEX" */
-#define BL_EXECUTOR_PROTOCOL_VERSION 1u
+/* 2: AUTH's and WELCOME's tags are backline/trust.h's, over both nonces and the connection's
+ * two addresses (protocol name "executor", empty context), so a relay cannot reuse them. */
+#define BL_EXECUTOR_PROTOCOL_VERSION 2u
 #define BL_EXECUTOR_HEADER_BYTES 12u  /* u32 magic, u16 version, u16 type, u32 body length */
-#define BL_EXECUTOR_NONCE_BYTES 32u
-#define BL_EXECUTOR_HANDSHAKE_TIMEOUT_MS 5000u /* connect + HELLO/AUTH/WELCOME, both sides */
+/* The next four are backline/trust.h's BL_TRUST_* numbers, restated because cffi reads only
+ * this header's numeric defines; the client's _Static_asserts check they agree. */
+#define BL_EXECUTOR_NONCE_BYTES 32u   /* BL_TRUST_NONCE_BYTES */
+#define BL_EXECUTOR_TAG_BYTES 32u     /* BL_TRUST_TAG_BYTES: HMAC-SHA256 */
+/* The client's connect + HELLO/AUTH/WELCOME; the server gives a connection
+ * BL_TRUST_HANDSHAKE_TIMEOUT_MS from accept to authenticate. */
+#define BL_EXECUTOR_HANDSHAKE_TIMEOUT_MS 5000u
 #define BL_EXECUTOR_FRAME_TIMEOUT_MS 30000u    /* a frame's body after its header */
 #define BL_EXECUTOR_CLOSE_TIMEOUT_MS 10000u    /* CLOSE waits this long for async launches */
 #define BL_EXECUTOR_DEFAULT_TIMEOUT_MS 30000u  /* the per-call deadline when none is configured */
@@ -89,14 +97,16 @@ extern "C" {
 #define BL_EXECUTOR_MAX_SMALL_BYTES 16384u     /* body of every frame not listed below */
 #define BL_EXECUTOR_MAX_OBJECT_BYTES 67108864u /* SEND_BINARY data (body: + 4096 + 3) */
 #define BL_EXECUTOR_MAX_ARGS_BYTES 16777216u   /* args blob (LAUNCH/CALL body: + 3*4096 + 16); RESULT body */
-#define BL_EXECUTOR_MIN_SECRET_BYTES 16u
-#define BL_EXECUTOR_MAX_SECRET_BYTES 4096u
+#define BL_EXECUTOR_MIN_SECRET_BYTES 16u /* BL_TRUST_MIN_SECRET_BYTES */
+#define BL_EXECUTOR_MAX_SECRET_BYTES 4096u /* BL_TRUST_MAX_SECRET_BYTES */
 
-/* Frame types. The HMAC labels below are ASCII without NUL. */
+/* Frame types. tag_C / tag_S are backline/trust.h's HMAC-SHA256(K, T("client"/"server")), T over
+ * protocol "executor", Ns, Nc, the client's and the server's address (as the server sees the
+ * connection) and an empty context. */
 typedef enum bl_executor_msg {
     BL_EXEC_HELLO = 1,         /* S->C: server nonce (32) */
-    BL_EXEC_AUTH = 2,          /* C->S: client nonce (32) | HMAC(K, client label | Ns | Nc) */
-    BL_EXEC_WELCOME = 3,       /* S->C: HMAC(K, server label | Nc | Ns) */
+    BL_EXEC_AUTH = 2,          /* C->S: client nonce (32) | tag_C (32) */
+    BL_EXEC_WELCOME = 3,       /* S->C: tag_S (32) */
     BL_EXEC_REFUSED = 4,       /* S->C: empty; the server closes */
     BL_EXEC_SEND_BINARY = 16,  /* u8 kind | str name | data */
     BL_EXEC_LAUNCH = 17,       /* str symbol | str object | str signature | u32 nargs | args */
@@ -116,10 +126,6 @@ typedef enum bl_executor_binary_kind {
     BL_EXEC_KIND_OBJECT = 0, /* a relocatable ELF object, linked into the session */
     BL_EXEC_KIND_ASSET = 1   /* bytes the session keeps, not linked */
 } bl_executor_binary_kind;
-
-/* Not visible to Python (cffi reads only numeric #defines): the server restates them. */
-#define BL_EXECUTOR_CLIENT_LABEL "backline-executor/1 client"
-#define BL_EXECUTOR_SERVER_LABEL "backline-executor/1 server"
 
 /* ---- API ------------------------------------------------------------------------------ */
 
