@@ -2,7 +2,10 @@
 
 The session owns an llvmlite ORC LLJIT. Each shipped object becomes its own JIT library
 (so two objects may define the same names); launched and called functions go through a
-wrapper generated per signature (:func:`.signature.build_wrapper`). Requests are served
+wrapper generated per signature (:func:`.signature.build_wrapper`). A shipped object is
+checked (:func:`.elf.read`) and then trial-linked in a short-lived forked child before it is
+linked here, because LLVM's linker aborts (or hangs) on some malformed objects that no
+structural check catches: such an object is an ERROR reply, not the session's end. Requests are served
 one at a time, in order, each answered by exactly one reply; a malformed request is
 answered with ERROR and ends the session. Code that crashes kills only this process; the
 supervisor tells the client (CRASHED).
@@ -14,7 +17,9 @@ import ctypes
 import logging
 import os
 import re
+import select
 import shutil
+import signal
 import socket
 import stat
 import threading
@@ -26,7 +31,7 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
-from backline_core.sdk import ffi, lib
+from backline_core.sdk import ffi, lib, signal_name
 
 from . import elf, signature, wire
 from .wire import ProtocolError
@@ -37,6 +42,11 @@ log = logging.getLogger("backline.executor")
 JIT_PROVIDED = frozenset({"_GLOBAL_OFFSET_TABLE_", "__dso_handle"})
 _WRAP = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 _ASYNC = ctypes.CFUNCTYPE(ctypes.c_int32)
+#: the trial link's deadline: a base, and more for a larger object (linking runs at well over 10 MB/s)
+TRIAL_LINK_BASE_S = 10.0
+TRIAL_LINK_PER_MIB_S = 0.5
+_TRIAL_OUTPUT_BYTES = 65536  # what is kept of the trial child's messages (LLVM's, on stderr): its end
+_PR_SET_PDEATHSIG = 1
 _MACHINES = {"x86_64": elf.EM_X86_64, "amd64": elf.EM_X86_64, "aarch64": elf.EM_AARCH64, "arm64": elf.EM_AARCH64}
 
 
@@ -242,7 +252,7 @@ class Session:
         try:
             return elf.read(data)
         except ValueError as exc:
-            raise SessionError(lib.BL_EINVAL, f"object {name} is not a valid ELF object: {exc}") from None
+            raise SessionError(lib.BL_EINVAL, f"object {name} is not a valid relocatable object: {exc}") from None
 
     def _resolves(self, symbol: str) -> bool:
         try:
@@ -258,14 +268,80 @@ class Session:
             raise SessionError(lib.BL_ENOTFOUND, f"object {name}: undefined symbols not found in the executor: "
                                f"{_shorten(missing)} (preload the library that defines them: --preload LIB)")
         library = self._unique("object")
+        self._trial_link(name, data, info, library)
+        try:
+            tracker = self._link_into(self.jit, data, info, library)
+        except Exception as exc:  # noqa: BLE001 - llvmlite raises RuntimeError, or fails to decode LLVM's text
+            raise SessionError(lib.BL_EINVAL, f"object {name} could not be linked: {exc}") from None
+        return _Object(name=name, library=library, info=info, link=tracker)
+
+    @staticmethod
+    def _link_into(jit: Any, data: bytes, info: elf.ElfInfo, library: str) -> Any:
         builder = llvm.JITLibraryBuilder().add_object_img(data).add_current_process()
         for symbol in info.defined:
             builder.export_symbol(symbol)  # materialises now, so a bad object fails here, not at launch
+        return builder.link(jit, library)
+
+    def _trial_link(self, name: str, data: bytes, info: elf.ElfInfo, library: str) -> None:
+        """Link the object in a forked child (a copy of this session, thrown away): SessionError
+        if it fails there, dies there (LLVM aborts on some malformed objects) or does not finish."""
+        limit = TRIAL_LINK_BASE_S + TRIAL_LINK_PER_MIB_S * len(data) / (1 << 20)
+        r, w = os.pipe()
         try:
-            tracker = builder.link(self.jit, library)
-        except RuntimeError as exc:
-            raise SessionError(lib.BL_EINVAL, f"object {name} could not be linked: {exc}") from None
-        return _Object(name=name, library=library, info=info, link=tracker)
+            pid = os.fork()
+        except OSError as exc:
+            os.close(r)
+            os.close(w)
+            raise SessionError(lib.BL_EBACKEND, f"object {name}: no process for its trial link: {exc}") from None
+        if pid == 0:  # the child: link, say how it went, never return
+            code = 1
+            try:
+                os.close(r)
+                ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                os.close(self.sock.fileno())  # the client's connection is not the child's to touch
+                os.dup2(w, 2)  # what LLVM prints before it aborts comes back through the pipe
+                try:
+                    self._link_into(self.jit, data, info, library)
+                    code = 0
+                except BaseException as exc:  # noqa: BLE001 - every failure is reported, as text
+                    os.write(w, f"\n{exc}".encode("utf-8", errors="replace")[-_TRIAL_OUTPUT_BYTES:])
+            finally:
+                os._exit(code)
+        os.close(w)
+        output = bytearray()
+        deadline = time.monotonic() + limit
+        timed_out = False
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                ready, _, _ = select.select([r], [], [], left)
+                if not ready:
+                    continue
+                chunk = os.read(r, 65536)
+                if not chunk:
+                    break
+                output += chunk
+                del output[:-_TRIAL_OUTPUT_BYTES]
+        finally:
+            os.close(r)
+            if timed_out:
+                os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+        said = output.decode("utf-8", errors="replace").strip()
+        said = said.splitlines()[-1].strip() if said else ""
+        if timed_out:
+            raise SessionError(lib.BL_EINVAL, f"object {name} is not a valid relocatable object: LLVM's linker did "
+                               f"not finish linking it within {limit:g} s")
+        if os.WIFSIGNALED(status):
+            number = os.WTERMSIG(status)
+            raise SessionError(lib.BL_EINVAL, f"object {name} is not a valid relocatable object: LLVM's linker died "
+                               f"of {signal_name(number)} on it" + (f" ({said})" if said else "")
+                               + "; nothing was linked, the session goes on")
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SessionError(lib.BL_EINVAL, f"object {name} could not be linked: {said or 'the linker failed'}")
 
     def _store_asset(self, name: str, data: bytes) -> str:
         stem = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(name))[:100] or "asset"

@@ -956,3 +956,85 @@ def test_oversized_headers_are_refused_before_any_body_is_read(server, secret, f
                 rss = [int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")]
                 assert all(kib < 1 << 20 for kib in rss), f"session process {pid}: VmRSS {rss} KiB"
         assert c.at_eof()
+
+
+SMALL = """
+declare i32 @usleep(i32)
+@counter = global i64 5
+define i64 @add1(i64 %x) {
+  %y = add i64 %x, 1
+  ret i64 %y
+}
+define i64 @bump() {
+  %c = load i64, ptr @counter
+  %d = add i64 %c, 1
+  store i64 %d, ptr @counter
+  %u = call i32 @usleep(i32 0)
+  ret i64 %d
+}
+"""
+
+
+def _fuzz_positions(data: bytes, rng: random.Random) -> list[int]:
+    """Every byte of the ELF header, the section headers, the symbol table and the relocation
+    sections; one byte in five of the rest (code, unwind tables, strings)."""
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shnum, = struct.unpack_from("<H", data, 0x3C)
+    every = set(range(64)) | set(range(shoff, shoff + 64 * shnum))
+    for i in range(shnum):
+        sh_type, _flags, _addr, offset, size = struct.unpack_from("<IQQQQ", data, shoff + 64 * i + 4)
+        if sh_type in (2, 4, 9):  # SYMTAB, RELA, REL
+            every |= set(range(offset, offset + size))
+    rest = [i for i in range(len(data)) if i not in every]
+    return sorted(every | set(rng.sample(rest, len(rest) // 5)))
+
+
+@pytest.mark.defect("a one-byte-corrupt object killed the session inside LLVM's link (SIGABRT)")
+def test_corrupt_objects_are_errors_and_the_session_goes_on(server, secret):
+    good = build_object(SMALL)
+    rng = random.Random(5)
+    outcomes: dict[str, int] = {}
+    with Client(server, secret) as c:
+        _ok(c.send_binary("good.o", good))
+        for n, i in enumerate(_fuzz_positions(good, rng)):
+            broken = bytearray(good)
+            broken[i] ^= 0xFF
+            reply = c.send_binary(f"broken-{i}.o", bytes(broken))
+            assert reply.type in (lib.BL_EXEC_OK, lib.BL_EXEC_ERROR), f"byte {i}: {reply}"
+            if reply.type == lib.BL_EXEC_ERROR:
+                status, message = reply.error()
+                assert status in (lib.BL_EINVAL, lib.BL_ENOTFOUND), f"byte {i}: {reply}"
+                assert f"broken-{i}.o" in message
+                kind = "the trial link failed" if "LLVM's linker" in message else "refused by the checks"
+            else:
+                kind = "linked"
+            outcomes[kind] = outcomes.get(kind, 0) + 1
+            if n % 50 == 0:  # the session still answers
+                assert _result(c.launch("add1", "good.o", "i64 (i64)", [_i64(n)])) == _i64(n + 1)
+        assert _result(c.launch("bump", "good.o", "i64 ()", [])) == _i64(6)
+        _ok(c.request(lib.BL_EXEC_CLOSE))
+    assert "died of" not in server.log_text()
+    print("outcomes:", outcomes)
+
+
+def test_an_object_llvm_aborts_on_is_an_error(server, secret):
+    """A relocation whose addend LLVM cannot apply passes every structural check, and aborts
+    LLVM's linker: the trial link in a child finds that out, and the session goes on."""
+    good = build_object(SMALL)
+    with Client(server, secret) as c:
+        found = None
+        shoff, = struct.unpack_from("<Q", good, 0x28)
+        shnum, = struct.unpack_from("<H", good, 0x3C)
+        for k in range(shnum):
+            sh_type, _f, _a, offset, size = struct.unpack_from("<IQQQQ", good, shoff + 64 * k + 4)
+            if sh_type == 4 and size:
+                found = offset
+                break
+        assert found is not None, "the object has no RELA section"
+        broken = bytearray(good)
+        broken[found + 16 + 7] ^= 0x40  # the first relocation's addend: ~2**62 away
+        status, message = c.send_binary("abort.o", bytes(broken)).error()
+        assert status == lib.BL_EINVAL and "abort.o is not a valid relocatable object" in message, message
+        _ok(c.send_binary("good.o", good))
+        assert _result(c.launch("add1", "good.o", "i64 (i64)", [_i64(1)])) == _i64(2)
+    print(message)
