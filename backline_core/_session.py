@@ -15,6 +15,7 @@ set_coprocessor_fn (coprocessor), start, rounds, stop, destroy.
 from __future__ import annotations
 
 import time
+from threading import get_ident
 from collections.abc import Iterable
 from typing import Any
 
@@ -64,8 +65,10 @@ def runs_in_code(role: str, runs_in: str | None) -> int:
 class Session:
     """One side of a controller/coprocessor pair (see the module docstring).
 
-    A session's calls run on one thread at a time; :meth:`stop` and :meth:`destroy` may
-    come from any thread: a call in progress elsewhere returns a LifecycleError first.
+    A session's calls run on one thread at a time (a controller's second thread gets a
+    KeyTakenError while the first has a call or rounds in flight); :meth:`stop` and
+    :meth:`destroy` may come from any thread but one running this session's coprocessor
+    function: a call in progress elsewhere returns a LifecycleError first.
     """
 
     def __init__(self, backend_library: str, role: str, key: str, config: str = "",
@@ -84,9 +87,11 @@ class Session:
         self._out = ffi.new("uint8_t[]", 1)
         self._out_len = ffi.new("uint32_t *")
         self._reply_ptr = ffi.new("const uint8_t **")
-        # native views of the buffers last passed to round_into (see there)
-        self._in_obj = self._out_obj = self._in_view = self._out_view = None
-        self._in_len = self._out_cap = 0
+        # per thread: (payload, out, in view, in len, out view, out cap, out_len) of the buffers
+        # last passed to round_into, and round's reply buffer. Per thread, so a second thread
+        # (which the runtime refuses) never swaps a view or a reply under the first.
+        self._views: dict[int, tuple[Any, ...]] = {}
+        self._round_out: dict[int, Any] = {}
 
     # -- construction -------------------------------------------------------------------
 
@@ -161,6 +166,7 @@ class Session:
         """Controller: the largest request and reply of a round, in bytes."""
         self._call(lib.bl_set_message_sizes, in_bytes, out_bytes)
         self._out = ffi.new("uint8_t[]", max(out_bytes, 1))
+        self._round_out.clear()
 
     def set_coprocessor_fn(self, fn: str | CoprocessorFunction | Any,
                            decoder_ids: Iterable[int] | None = None) -> CoprocessorFunction:
@@ -187,16 +193,18 @@ class Session:
         """Stop, unregister and free the session; calling it again does nothing.
 
         A call in progress on another thread is stopped first and waited for (within twice
-        the session's timeout_ms and a second); it returns a LifecycleError there."""
+        the session's timeout_ms and a second); it returns a LifecycleError there. A
+        coprocessor function of this session (or of its in-place coprocessor) that calls it
+        gets a LifecycleError, and the session is left as it was."""
         s = self._s
         if s is None:
             return
-        log = _recording.pop(_address(s), None)
-        if log is not None and log._live():
-            log.close()  # while the session can still say how many rounds it saw
         self._s = None  # from here on, calls on this object fail at once
+        stopped = lib.bl_stop(s)  # a call waiting on another thread returns
+        if stopped == lib.BL_ESTATE:  # refused: a coprocessor function of this session calls us
+            self._s = s  # untouched: it is destroyed later, from another thread
+            check(stopped)
         if self._calls:
-            lib.bl_stop(s)
             deadline = time.monotonic() + 2 * self._timeout_s(s) + 1.0
             while self._calls and time.monotonic() < deadline:
                 time.sleep(0.0002)
@@ -206,8 +214,11 @@ class Session:
                     f"{self.role} session {self.key!r}: a call on another thread did not return after stop; "
                     "the session is stopped but not freed (destroy it again once that thread is done)"
                 )
+        log = _recording.pop(_address(s), None)
+        if log is not None and log._live():
+            log.close()  # while the session can still say how many rounds it saw
         try:
-            check(lib.bl_destroy(s))
+            check(lib.bl_destroy(s) or stopped)
         finally:
             for bound in self._bound:
                 bound.close()
@@ -274,8 +285,11 @@ class Session:
 
     def round(self, payload: bytes | bytearray | memoryview, decoder_id: int = 0) -> bytes:
         """One round: stage, post and collect; returns the reply."""
-        n = self.round_into(payload, self._out, decoder_id)
-        return ffi.buffer(self._out, n)[:]
+        out = self._round_out.get(get_ident())
+        if out is None:
+            out = self._round_out[get_ident()] = ffi.new("uint8_t[]", len(self._out))
+        n = self.round_into(payload, out, decoder_id)
+        return ffi.buffer(out, n)[:]
 
     def round_into(self, payload: Any, out: Any, decoder_id: int = 0) -> int:
         """One round into a caller-owned buffer; returns the reply length.
@@ -285,21 +299,23 @@ class Session:
         self._calls += 1
         try:
             s = self._s
-            if payload is not self._in_obj or out is not self._out_obj or s is None:
+            v = self._views.get(get_ident())
+            if v is None or payload is not v[0] or out is not v[1] or s is None:
                 s = self._handle()
-                self._bind(payload, out)
-            rc = _bl_round(s, self._in_view, self._in_len, decoder_id, self._out_view, self._out_cap, self._out_len)
+                v = self._bind(payload, out)
+            rc = _bl_round(s, v[2], v[3], decoder_id, v[4], v[5], v[6])
             if rc:
                 check(rc)
-            return self._out_len[0]
+            return v[6][0]
         finally:
             self._calls -= 1
 
-    def _bind(self, payload: Any, out: Any) -> None:
-        self._in_view, self._in_len = ffi.from_buffer(payload), len(payload)
-        self._out_view = out if isinstance(out, ffi.CData) else ffi.from_buffer(out, require_writable=True)
-        self._out_cap = len(out)
-        self._in_obj, self._out_obj = payload, out
+    def _bind(self, payload: Any, out: Any) -> tuple[Any, ...]:
+        """This thread's native views of ``payload`` and ``out`` (see round_into)."""
+        out_view = out if isinstance(out, ffi.CData) else ffi.from_buffer(out, require_writable=True)
+        v = (payload, out, ffi.from_buffer(payload), len(payload), out_view, len(out), ffi.new("uint32_t *"))
+        self._views[get_ident()] = v
+        return v
 
     @property
     def last_rtt_ns(self) -> int:

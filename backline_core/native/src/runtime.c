@@ -62,6 +62,10 @@ struct bl_session {
     uint32_t in_bytes, out_bytes, max_payload;
     int32_t state;
     uint64_t staged, posted, collected; /* controller sequence numbers */
+    /* Controller: the thread whose calls or rounds in flight hold the session (pthread_self), 0 when
+     * none. One CAS when a thread starts using it, one store when nothing is left in flight, so a
+     * second thread is refused (BL_EBUSY) rather than handed the first one's replies. */
+    uintptr_t owner;
     uint64_t served;                    /* coprocessor: last answered seq */
     uint64_t timeout_ns;
     uint64_t last_rtt;
@@ -518,6 +522,19 @@ static int32_t check_session(bl_session *s, const char *call) {
 
 static __thread int tl_async_worker; /* this thread runs an asynchronous bring-up step */
 
+/* The sessions whose round this thread is inside: a coprocessor it serves (bl_serve,
+ * bl_serve_pending) and a controller whose deliver hook runs the coprocessor in place. A
+ * coprocessor function runs there, and must not stop, destroy or park them: that would free
+ * (or wait on) the session under its own stack. */
+static __thread bl_session *tl_serving, *tl_delivering;
+
+static int32_t refuse_from_inside(bl_session *s, const char *call) {
+    if (BL_LIKELY(s != tl_serving && s != tl_delivering)) return BL_OK;
+    return fail(BL_ESTATE, "%s (%s '%s'): a coprocessor function cannot stop or destroy the session that is running it; "
+                "return from the function, and stop and destroy the session from another thread",
+                call, role_name(s->role), s->key);
+}
+
 static int32_t expect_state(bl_session *s, const char *call, int32_t want) {
     int32_t rc = check_session(s, call);
     if (rc) return rc;
@@ -843,9 +860,37 @@ static void ring_doorbell(bl_session *s) {
     }
 }
 
+/* Take the controller session for the calling thread (see bl_session.owner). */
+static inline int32_t take_rounds(bl_session *s, const char *call) {
+    uintptr_t me = (uintptr_t)pthread_self();
+    uintptr_t cur = __atomic_load_n(&s->owner, __ATOMIC_RELAXED);
+    if (BL_LIKELY(cur == me)) return BL_OK; /* rounds of this thread's in flight */
+    cur = 0;
+    if (BL_LIKELY(__atomic_compare_exchange_n(&s->owner, &cur, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)))
+        return BL_OK;
+    return fail(BL_EBUSY, "%s (controller '%s'): this controller session is in use by another thread (a call, or rounds "
+                "it posted and has not collected); use one session per thread", call, s->key);
+}
+
+/* Let go of it once nothing is staged or in flight: another thread may then take it over. */
+static inline int32_t release_rounds(bl_session *s, int32_t rc) {
+    if (s->staged == s->posted && s->posted == s->collected) __atomic_store_n(&s->owner, 0, __ATOMIC_RELEASE);
+    return rc;
+}
+
+static int32_t stage_payload(bl_session *s, const void *data, uint32_t len, uint32_t decoder_id);
+static int32_t post(bl_session *s);
+static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header **out);
+
 BL_API int32_t bl_stage_payload(bl_session *s, const void *data, uint32_t len, uint32_t decoder_id) {
     if (BL_UNLIKELY(!s || s->magic != SESSION_MAGIC || s->state != ST_STARTED || s->role != BL_CONTROLLER))
         return round_state_error(s, "stage_payload");
+    int32_t rc = take_rounds(s, "stage_payload");
+    if (BL_UNLIKELY(rc)) return rc;
+    return release_rounds(s, stage_payload(s, data, len, decoder_id));
+}
+
+static int32_t stage_payload(bl_session *s, const void *data, uint32_t len, uint32_t decoder_id) {
     if (BL_UNLIKELY(len > s->in_bytes))
         return fail(BL_ETOOBIG, "stage_payload (controller '%s'): payload of %u bytes exceeds the maximum of %u set by set_message_sizes",
                     s->key, len, s->in_bytes);
@@ -853,6 +898,11 @@ BL_API int32_t bl_stage_payload(bl_session *s, const void *data, uint32_t len, u
     if (BL_UNLIKELY(decoder_id >= BL_MAX_DECODERS))
         return fail(BL_EINVAL, "stage_payload: decoder_id %u must be below %u", decoder_id, BL_MAX_DECODERS);
     uint64_t seq = s->posted + 1;
+    if (BL_UNLIKELY(seq == 0)) /* 0 would wrap onto "slot never written": an empty reply nobody sent */
+        return fail(BL_ESTATE, "stage_payload (controller '%s'): the round sequence numbers are exhausted (round %llu "
+                    "was the last; the next would wrap to 0, which means a slot never written); start a new session "
+                    "(a new coprocessor: a controller continues the count its rings carry)",
+                    s->key, (unsigned long long)s->posted);
     if (BL_UNLIKELY(seq - s->collected > (uint64_t)s->mask + 1))
         return fail(BL_EFULL, "stage_payload (controller '%s'): all %u slots are in flight; collect a reply first",
                     s->key, s->mask + 1);
@@ -869,6 +919,12 @@ BL_API int32_t bl_stage_payload(bl_session *s, const void *data, uint32_t len, u
 BL_API int32_t bl_post(bl_session *s) {
     if (BL_UNLIKELY(!s || s->magic != SESSION_MAGIC || s->state != ST_STARTED || s->role != BL_CONTROLLER))
         return round_state_error(s, "post");
+    int32_t rc = take_rounds(s, "post");
+    if (BL_UNLIKELY(rc)) return rc;
+    return release_rounds(s, post(s));
+}
+
+static int32_t post(bl_session *s) {
     uint64_t seq = s->posted + 1;
     if (BL_UNLIKELY(s->staged != seq))
         return fail(BL_ESTATE, "post (controller '%s'): nothing staged; call stage_payload before each post", s->key);
@@ -879,7 +935,10 @@ BL_API int32_t bl_post(bl_session *s) {
     if (s->ch.doorbell) ring_doorbell(s);
     if (s->ch.deliver) {
         tl_error[0] = 0; /* so a hook that fails without text does not show an older error */
+        bl_session *outer = tl_delivering;
+        tl_delivering = s; /* an inline coprocessor function runs inside this call */
         int32_t rc = s->ch.deliver(s->ch.impl, seq, slot);
+        tl_delivering = outer;
         /* A deliver hook may run the round itself (an inline coprocessor): one that took
          * longer than the deadline is a deadline error, as a late reply would be. */
         if (BL_UNLIKELY(!rc && bl__ns_since(s->post_time[slot]) > s->timeout_ns)) {
@@ -986,25 +1045,30 @@ static int32_t wait_reply(bl_session *s, const char *call, const bl_frame_header
 BL_API int32_t bl_collect(bl_session *s, void *out, uint32_t out_cap, uint32_t *out_len) {
     if (BL_UNLIKELY(!s || s->magic != SESSION_MAGIC || s->state != ST_STARTED || s->role != BL_CONTROLLER))
         return round_state_error(s, "collect");
-    const bl_frame_header *h;
-    int32_t rc = wait_reply(s, "collect", &h);
+    int32_t rc = take_rounds(s, "collect");
     if (BL_UNLIKELY(rc)) return rc;
+    const bl_frame_header *h;
+    rc = wait_reply(s, "collect", &h);
+    if (BL_UNLIKELY(rc)) return release_rounds(s, rc);
     if (BL_UNLIKELY(h->len > out_cap))
-        return fail(BL_ETOOBIG, "collect (controller '%s'): the reply has %u bytes but the buffer holds %u", s->key, h->len, out_cap);
+        return release_rounds(s, fail(BL_ETOOBIG, "collect (controller '%s'): the reply has %u bytes but the buffer holds %u",
+                                      s->key, h->len, out_cap));
     if (h->len) memcpy(out, (const uint8_t *)h + BL_FRAME_HEADER_BYTES, h->len);
     if (out_len) *out_len = h->len;
-    return BL_OK;
+    return release_rounds(s, BL_OK);
 }
 
 BL_API int32_t bl_reply_slot(bl_session *s, const uint8_t **data, uint32_t *len) {
     if (BL_UNLIKELY(!s || s->magic != SESSION_MAGIC || s->state != ST_STARTED || s->role != BL_CONTROLLER))
         return round_state_error(s, "reply_slot");
-    const bl_frame_header *h;
-    int32_t rc = wait_reply(s, "reply_slot", &h);
+    int32_t rc = take_rounds(s, "reply_slot");
     if (BL_UNLIKELY(rc)) return rc;
+    const bl_frame_header *h;
+    rc = wait_reply(s, "reply_slot", &h);
+    if (BL_UNLIKELY(rc)) return release_rounds(s, rc);
     if (data) *data = (const uint8_t *)h + BL_FRAME_HEADER_BYTES;
     if (len) *len = h->len;
-    return BL_OK;
+    return release_rounds(s, BL_OK);
 }
 
 BL_API int32_t bl_round(bl_session *s, const void *in, uint32_t in_len, uint32_t decoder_id, void *out,
@@ -1072,7 +1136,8 @@ static inline void answer(bl_session *s, uint64_t seq) {
 
 static inline int ready(bl_session *s, uint64_t seq) {
     const uint8_t *req = s->rx_ring + (size_t)((seq - 1) & s->mask) * s->slot_bytes;
-    return bl__load_acquire((const uint64_t *)req) == seq;
+    /* Past round 2^64 - 1 comes 0, "never written": no controller posts it (stage_payload refuses). */
+    return BL_LIKELY(seq != 0) && bl__load_acquire((const uint64_t *)req) == seq;
 }
 
 BL_API int32_t bl_serve_pending(bl_session *s) {
@@ -1083,12 +1148,15 @@ BL_API int32_t bl_serve_pending(bl_session *s) {
         return expect_state(s, "serve", ST_STARTED);
     }
     int32_t n = 0;
+    bl_session *outer = tl_serving;
+    tl_serving = s; /* its functions run below: they may not tear it down */
     if (s->ch.poll) s->ch.poll(s->ch.impl);
     while (ready(s, s->served + 1)) {
         answer(s, s->served + 1);
         ++n;
         if (s->ch.poll) s->ch.poll(s->ch.impl);
     }
+    tl_serving = outer;
     return n;
 }
 
@@ -1111,6 +1179,8 @@ BL_API int32_t bl_serve(bl_session *s) {
     /* How often an idle loop reads the clock: every 256 spins, and every 32 once it yields, so
      * a controller sharing this CPU gets it back within a microsecond or two of its reply. */
     uint32_t check_mask = 255;
+    bl_session *outer = tl_serving;
+    tl_serving = s;
     for (uint32_t spins = 0; !s->stop_flag;) {
         if (s->ch.poll) s->ch.poll(s->ch.impl);
         if (ready(s, s->served + 1)) {
@@ -1136,6 +1206,7 @@ BL_API int32_t bl_serve(bl_session *s) {
             }
         }
     }
+    tl_serving = outer;
     return BL_OK;
 }
 
@@ -1148,6 +1219,7 @@ BL_API int32_t bl_serve(bl_session *s) {
 BL_API int32_t bl_park(bl_session *s) {
     int32_t rc = check_session(s, "park");
     if (rc) return rc;
+    if ((rc = refuse_from_inside(s, "park"))) return rc; /* it would wait for a stop that waits for it */
     for (;;) {
         pthread_mutex_lock(&registry_lock);
         int live = registry_contains(s) && !__atomic_load_n(&s->stop_done, __ATOMIC_ACQUIRE);
@@ -1163,6 +1235,8 @@ BL_API int32_t bl_stop(bl_session *s) {
     int live = s && registry_contains(s);
     pthread_mutex_unlock(&registry_lock);
     if (!live) return BL_OK; /* already destroyed: stop is idempotent */
+    int32_t refused = refuse_from_inside(s, "stop");
+    if (refused) return refused; /* it would join or free what runs the calling function */
     for (struct async_step *a; (a = take_step(0, s));) finish_step(a); /* bounded by connect_timeout_ms */
     if (s->state == ST_STOPPED) return BL_OK;
     s->stop_flag = 1;
@@ -1185,7 +1259,9 @@ BL_API int32_t bl_destroy(bl_session *s) {
     int live = s && registry_contains(s);
     pthread_mutex_unlock(&registry_lock);
     if (!live) return BL_OK; /* destroy is idempotent */
-    int32_t rc = bl_stop(s);
+    int32_t rc = refuse_from_inside(s, "destroy");
+    if (rc) return rc; /* the session stays as it was: whoever runs it destroys it later */
+    rc = bl_stop(s);
     pthread_mutex_lock(&registry_lock);
     registry_remove(s);
     pthread_mutex_unlock(&registry_lock);

@@ -171,7 +171,10 @@ BL_API int32_t bl_set_coprocessor_fn_by_name(bl_session *s, uint32_t decoder_id,
 BL_API int32_t bl_start(bl_session *s);
 
 /* Rounds (controller). Payloads may vary per round up to in_bytes. Up to `slots`
- * rounds may be in flight; replies are collected in order. */
+ * rounds may be in flight; replies are collected in order. A thread that stages, posts or
+ * collects holds the session until nothing is staged or in flight; another thread's round
+ * call meanwhile fails with BL_EBUSY (use one session per thread). The round after sequence
+ * 2^64 - 1 fails with BL_ESTATE (the sequence is exhausted: start a new session). */
 BL_API int32_t bl_stage_payload(bl_session *s, const void *data, uint32_t len,
                                 uint32_t decoder_id);
 BL_API int32_t bl_post(bl_session *s);
@@ -207,6 +210,9 @@ BL_API int32_t bl_serve_pending(bl_session *s);
 /* Block the calling thread until bl_stop(s), called from another thread, has finished (its
  * backend stopped too), or s is destroyed; BL_OK. For a coprocessor whose backend serves on
  * its own poller thread: an executor's serve launch waits here while rounds are answered. */
+/* bl_park, bl_stop and bl_destroy called from a coprocessor function on the session that is
+ * running it (its coprocessor's, or an in-place coprocessor's controller) fail with BL_ESTATE and
+ * change nothing: return from the function and tear the session down from another thread. */
 BL_API int32_t bl_park(bl_session *s);
 BL_API int32_t bl_stop(bl_session *s);
 BL_API int32_t bl_destroy(bl_session *s);

@@ -307,6 +307,7 @@ struct header {
     uint64_t magic, size;
     uint32_t abi, slots, slot_bytes, ready;
     int32_t coproc_pid;
+    char key[128]; /* NUL-terminated here, whatever the file holds */
 };
 
 static int read_header(int fd, const struct stat *st, struct header *h) {
@@ -322,6 +323,7 @@ static int read_header(int fd, const struct stat *st, struct header *h) {
     h->slot_bytes = c->slot_bytes;
     h->size = c->size;
     h->coproc_pid = c->coproc_pid;
+    memcpy(h->key, c->key, sizeof h->key - 1);
     munmap(c, CTL_BYTES);
     return 0;
 }
@@ -357,11 +359,27 @@ static int same_segment(const struct mc *m, const struct stat *mine) {
            st.st_ino == mine->st_ino;
 }
 
-/* Unlink the segment open on fd, whose coprocessor is gone (see the top of the file). */
+/* Whether the header is one a memcpy coprocessor of this key wrote: the key, and this build's
+ * magic and ABI, or (a coprocessor that died during its set-up) no magic yet but its pid, which
+ * it writes with the key right after its O_EXCL create. Anything else -- a file someone put
+ * under the key's name -- is not ours to remove, except an empty one (a coprocessor that died
+ * between its create and its lock leaves that, and removing it loses nothing). */
+static int segment_of_key(const struct mc *m, const struct header *h) {
+    if (strncmp(h->key, m->key, sizeof h->key) != 0) return 0;
+    if (h->magic == REGION_MAGIC) return h->abi == BACKLINE_ABI_VERSION;
+    return h->magic == 0 && h->coproc_pid > 0;
+}
+
+/* Unlink the segment open on fd, whose coprocessor is gone (see the top of the file): only a
+ * segment of this key (its header), only while the name still names that file (dev, inode).
+ * The name is in this user's private directory, so only this user can swap it in between. */
 static void reclaim(const struct mc *m, int fd) {
     struct stat st;
+    struct header h;
     if (take_lock(fd, COPROC_LOCK_BYTE) != 0) return; /* held after all, or another reclaimer's */
-    if (fstat(fd, &st) == 0 && same_segment(m, &st)) unlinkat(m->dir_fd, m->key, 0);
+    if (fstat(fd, &st) == 0 && (st.st_size == 0 || (read_header(fd, &st, &h) == 0 && segment_of_key(m, &h))) &&
+        same_segment(m, &st))
+        unlinkat(m->dir_fd, m->key, 0);
     drop_lock(fd, COPROC_LOCK_BYTE);
 }
 
@@ -469,7 +487,8 @@ static int32_t own_segment(struct mc *m, int fd, char *err, size_t n) {
         rc = err_out(err, n, BL_EBACKEND, "cannot stat the segment %s: %s", m->seg_path, strerror(errno));
     if (rc) {
         if (p != MAP_FAILED) munmap(p, m->size);
-        unlinkat(m->dir_fd, m->key, 0); /* ours: we hold its lock, so nobody has replaced it */
+        struct stat mine;
+        if (fstat(fd, &mine) == 0 && same_segment(m, &mine)) unlinkat(m->dir_fd, m->key, 0); /* still the file we made */
         close(fd);
         return rc;
     }
@@ -478,7 +497,10 @@ static int32_t own_segment(struct mc *m, int fd, char *err, size_t n) {
     m->shm_dev = st.st_dev;
     m->shm_ino = st.st_ino;
     m->created = 1;
-    /* Written only under the lock: an unlocked segment carrying a pid is a dead coprocessor's. */
+    /* Written only under the lock: an unlocked segment carrying a pid and this key is a dead
+     * coprocessor's (segment_of_key), which may be reclaimed; any other file of this name is not
+     * (bar an empty one, a death between create and lock, which holds nothing to lose). */
+    snprintf(m->ctl->key, sizeof m->ctl->key, "%s", m->key);
     m->ctl->coproc_pid = getpid();
     return BL_OK;
 }
@@ -515,6 +537,13 @@ static int32_t inspect_existing(struct mc *m, char *err, size_t n) {
         close(fd); /* most likely a coprocessor between its create and its lock */
         return err_out(err, n, BL_EBUSY, "key '%s' is being set up by another coprocessor (segment %s is not locked yet); retry",
                        m->key, m->seg_path);
+    }
+    if (st.st_size != 0 && (!have || !segment_of_key(m, &h))) {
+        close(fd); /* someone's file under the key's name: never ours to unlink */
+        return err_out(err, n, BL_EBUSY,
+                       "%s carries key '%s' as its name but is not a memcpy segment of that key (%s); it was left as it "
+                       "is. Remove it if nobody needs it, or use another key",
+                       m->seg_path, m->key, !have ? "it is shorter than a control block" : "no segment header of this key");
     }
     reclaim(m, fd);
     close(fd);
