@@ -27,7 +27,8 @@ _Static_assert(BL_EXECUTOR_MAX_SECRET_BYTES == BL_TRUST_MAX_SECRET_BYTES, "execu
 
 #define PROTOCOL "executor" /* the transcript's protocol name; the context is empty */
 
-int32_t ex_connect_authenticated(const char *address, const char *secret_file, int64_t timeout_ms, int *out) {
+int32_t ex_connect_authenticated(const char *address, const char *secret_file, int64_t timeout_ms, int forwarded,
+                                 int *out) {
     char err[512], what[300];
     bl_oob_secret secret;
     snprintf(what, sizeof what, "for executor %s", address);
@@ -46,7 +47,9 @@ int32_t ex_connect_authenticated(const char *address, const char *secret_file, i
     bl_oob_transcript t = {.protocol = PROTOCOL, .context = NULL, .context_len = 0};
     rc = ex_dial(address, deadline, budget, &fd);
     if (rc) goto done;
-    if ((rc = bl_oob_addresses(fd, 0, &t, err, sizeof err))) {
+    /* Through a trusted forward (an SSH -L port) the two ends see different connections: the
+     * tags then cover no addresses (all zero), as the executor started behind it expects. */
+    if (!forwarded && (rc = bl_oob_addresses(fd, 0, &t, err, sizeof err))) {
         rc = bl__fail(rc, "executor at %s: %s", address, err);
         goto done;
     }

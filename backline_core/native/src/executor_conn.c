@@ -20,6 +20,7 @@ struct config {
     char *address;
     char *secret_file; /* NULL: env BACKLINE_EXECUTOR_SECRET_FILE */
     int64_t timeout_ms; /* 0: env BACKLINE_EXECUTOR_TIMEOUT_MS or the default */
+    int forwarded;      /* bl_executor_configure_forwarded: tags cover no addresses */
     struct config *next;
 };
 
@@ -224,14 +225,38 @@ BL_API int32_t bl_executor_configure(const char *address, const char *secret_fil
     return BL_OK;
 }
 
+BL_API int32_t bl_executor_configure_forwarded(const char *address, int32_t forwarded) {
+    char host[ADDRESS_MAX], port[8];
+    int32_t rc = ex_parse_address(address, host, sizeof host, port, sizeof port);
+    if (rc) return rc;
+    pthread_mutex_lock(&registry_mu);
+    struct config *k = find_config(address);
+    if (!k) {
+        if ((k = calloc(1, sizeof *k)) && !(k->address = strdup(address))) {
+            free(k);
+            k = NULL;
+        }
+        if (!k) {
+            pthread_mutex_unlock(&registry_mu);
+            return bl__fail(BL_ENOMEM, "bl_executor_configure_forwarded: out of memory");
+        }
+        k->next = configs, configs = k;
+    }
+    k->forwarded = forwarded != 0;
+    pthread_mutex_unlock(&registry_mu);
+    return BL_OK;
+}
+
 /* Connect to `address` and authenticate with the secret; a new connection in *out. */
 static int32_t connect_and_authenticate(const char *address, struct conn **out) {
     char *file = NULL;
     int64_t timeout_ms = 0;
+    int forwarded = 0;
     pthread_mutex_lock(&registry_mu);
     struct config *k = find_config(address);
     if (k) {
         timeout_ms = k->timeout_ms;
+        forwarded = k->forwarded;
         file = k->secret_file ? strdup(k->secret_file) : NULL;
         if (k->secret_file && !file) {
             pthread_mutex_unlock(&registry_mu);
@@ -249,7 +274,7 @@ static int32_t connect_and_authenticate(const char *address, struct conn **out) 
                           "BACKLINE_EXECUTOR_SECRET_FILE", address);
     }
     int fd = -1;
-    if (!rc) rc = ex_connect_authenticated(address, file, timeout_ms, &fd);
+    if (!rc) rc = ex_connect_authenticated(address, file, timeout_ms, forwarded, &fd);
     free(file);
     if (rc) return rc;
     struct conn *c = calloc(1, sizeof *c);

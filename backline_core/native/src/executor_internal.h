@@ -65,8 +65,10 @@ int32_t ex_dial(const char *address, uint64_t deadline, int64_t budget_ms, int *
 /* ---- authentication (executor_auth.c) ---- */
 
 /* Read the secret from `secret_file`, connect to `address` and run the handshake, all
- * within min(timeout_ms, BL_EXECUTOR_HANDSHAKE_TIMEOUT_MS); the authenticated socket in *fd. */
-int32_t ex_connect_authenticated(const char *address, const char *secret_file, int64_t timeout_ms, int *fd);
+ * within min(timeout_ms, BL_EXECUTOR_HANDSHAKE_TIMEOUT_MS); the authenticated socket in *fd.
+ * forwarded: the tags cover no addresses (bl_executor_configure_forwarded). */
+int32_t ex_connect_authenticated(const char *address, const char *secret_file, int64_t timeout_ms, int forwarded,
+                                 int *fd);
 
 /* ---- connections (executor_conn.c) ---- */
 

@@ -543,6 +543,10 @@ class Executor:
         least 120 s); ``ready_seconds`` is the whole bring-up, wheel building included.
         ``local_port``: the forward's local port to try first (default: a free one); a port that
         turns out to be taken is replaced by another, up to FORWARD_ATTEMPTS times.
+
+        The forward is a relay by design, so the handshake's tags cover no addresses here
+        (``BACKLINE_EXECUTOR_FORWARDED=1`` there, ``bl_executor_configure_forwarded`` here): ssh,
+        which owns the local port and dials the executor, keeps other relays out.
         """
         ready_timeout = _check_seconds("ready_timeout", ready_timeout)
         if local_port is not None and (isinstance(local_port, bool) or not isinstance(local_port, int)
@@ -603,8 +607,10 @@ class Executor:
             # (5) the executor, under a terminal: when this ssh ends it gets SIGHUP
             serve_log = os.path.join(res.tmpdir, "executor.log")
             ssh_log = os.path.join(res.tmpdir, "ssh-serve.log")
-            command = (f"exec {shlex.quote(remote_python)} -P -m backline_executor_orc serve "
-                       f"--bind 127.0.0.1:0 --secret-file {qws}/secret")
+            # reached only through the forward below, whose ends see other connections than the
+            # executor does: the handshake's tags cover no addresses (the forward owns the ports)
+            command = (f"exec env BACKLINE_EXECUTOR_FORWARDED=1 {shlex.quote(remote_python)} -P -m "
+                       f"backline_executor_orc serve --bind 127.0.0.1:0 --secret-file {qws}/secret")
             with open(ssh_log, "ab") as err:
                 serve = _ssh_child(ssh.argv("-tt", "-e", "none", command=command), "ssh-serve",
                                    f"the executor on {ssh.destination}", log_label="its output", log_path=serve_log,
@@ -624,6 +630,9 @@ class Executor:
 
             # (6) the forward
             local, forward_log, tried = _open_forward(ssh, res, remote_port, local_port, ready_timeout)
+            from backline_core.sdk import check, lib
+
+            check(lib.bl_executor_configure_forwarded(f"127.0.0.1:{local}".encode(), 1))
             handle = cls("ssh", f"127.0.0.1:{local}", host, secret_file, triple, res, pid=int(remote_pid),
                          log_path=serve_log, ready_seconds=time.monotonic() - started, timeout_ms=timeout_ms)
             handle.workspace = ws

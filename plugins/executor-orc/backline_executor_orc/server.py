@@ -45,6 +45,10 @@ STOP_GRACE_S = 2.0  #: SIGTERM -> SIGKILL for sessions when the supervisor stops
 LINGER_S = 0.5  #: how long a refused connection is drained so the client can read REFUSED
 _PR_SET_PDEATHSIG = 1
 _AUTH_BYTES = lib.BL_TRUST_NONCE_BYTES + lib.BL_TRUST_TAG_BYTES  # client nonce | tag_C
+#: env var: "1" when the executor is reached only through a forward (Executor.ssh's -L port),
+#: whose two ends see different connections: the tags then cover no addresses (all zero)
+FORWARDED_ENV = "BACKLINE_EXECUTOR_FORWARDED"
+_NO_ADDRESS = bytes(lib.BL_TRUST_ADDRESS_BYTES)
 
 
 def format_address(host: str, port: int) -> str:
@@ -95,6 +99,7 @@ class Supervisor:
         parent_pid: int | None = None,
         max_sessions: int = 64,
         keep_fds: Sequence[int] = (),
+        forwarded: bool | None = None,
     ) -> None:
         self.listener = listener
         self._secret = secret
@@ -102,6 +107,7 @@ class Supervisor:
         self.parent_pid = parent_pid
         self.max_sessions = max_sessions
         self.keep_fds = set(keep_fds)
+        self.forwarded = os.environ.get(FORWARDED_ENV) == "1" if forwarded is None else forwarded
         self.pid = os.getpid()
         self.pending: dict[int, _Pending] = {}
         self.gate = HandshakeGate(MAX_PENDING, MAX_PENDING_PER_PEER)  # keys: the descriptors of self.pending
@@ -179,7 +185,7 @@ class Supervisor:
             accepted = time.monotonic()
             peer, host = _peer(sock)
             try:
-                addresses = connection_addresses(sock, server=True)
+                addresses = (_NO_ADDRESS, _NO_ADDRESS) if self.forwarded else connection_addresses(sock, server=True)
             except (OSError, ValueError) as exc:  # reset already, or not an IP connection
                 log.info("%s closed: no addresses for the handshake (%s)", peer, exc)
                 sock.close()

@@ -1038,3 +1038,20 @@ def test_an_object_llvm_aborts_on_is_an_error(server, secret):
         _ok(c.send_binary("good.o", good))
         assert _result(c.launch("add1", "good.o", "i64 (i64)", [_i64(1)])) == _i64(2)
     print(message)
+
+
+def test_a_trusted_forward_authenticates_without_addresses(start, secret_file):
+    """Executor.ssh's forward is a relay by design: a server started with
+    BACKLINE_EXECUTOR_FORWARDED=1 and a client that marked the forward's port agree on tags
+    that cover no addresses; neither end alone does."""
+    from backline_core import AuthenticationError
+
+    server = start(env={**os.environ, "BACKLINE_EXECUTOR_FORWARDED": "1"})
+    with Relay(server.host_port) as forward:
+        with pytest.raises(AuthenticationError):  # the client does not know it goes through a forward
+            c_client_runs(forward.address, secret_file)
+        check_status = lib.bl_executor_configure_forwarded(forward.address.encode(), 1)
+        assert check_status == lib.BL_OK
+        assert c_client_runs(forward.address, secret_file) == lib.bl_abi_version()
+    with pytest.raises(AuthenticationError):  # a forwarded server refuses the bound tags of a direct client
+        c_client_runs(server.address, secret_file)

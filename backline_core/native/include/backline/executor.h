@@ -146,6 +146,15 @@ typedef struct bl_executor_session bl_executor_session;
  * malformed address or a timeout out of range (nothing is read or connected here). */
 BL_API int32_t bl_executor_configure(const char *address, const char *secret_file, int64_t timeout_ms);
 
+/* Mark `address` as the near end of a forward this process trusts, e.g. the local port of
+ * the SSH -L forward that Executor.ssh opens and its ssh owns (forwarded != 0; 0 unmarks it).
+ * Through a forward the two ends see different TCP connections, so the handshake's tags
+ * cover no addresses (16 zero bytes and port 0 for both), as an executor started with env
+ * BACKLINE_EXECUTOR_FORWARDED=1 expects; a relay is then kept out by the forward owning its
+ * ports, not by the tags. Kept across bl_executor_configure calls. BL_EINVAL: a malformed
+ * address. */
+BL_API int32_t bl_executor_configure_forwarded(const char *address, int32_t forwarded);
+
 /* Open a session with the executor at `address` ("host:port", IPv6 hosts in brackets:
  * "[::1]:9000"): connect, authenticate, all within min(the per-call deadline,
  * BL_EXECUTOR_HANDSHAKE_TIMEOUT_MS). Sessions to the same address share one connection:
