@@ -89,8 +89,8 @@ def endpoint_config(host: str, port: int | None, **extra: object) -> str:
     """The configuration string of a node whose coprocessor is at ``host:port``, with ``extra`` keys after
     (``port`` None: a transport without endpoints, only the ``extra`` keys).
 
-    >>> endpoint_config("127.0.0.1", 18515, timeout_ms=10000, tls="shm")
-    'host=127.0.0.1;port=18515;timeout_ms=10000;tls=shm'
+    >>> endpoint_config("127.0.0.1", 18515, timeout_ms=10000, tls="shm", secret_file="/run/s")
+    'host=127.0.0.1;port=18515;timeout_ms=10000;tls=shm;secret_file=/run/s'
     >>> endpoint_config("127.0.0.1", None, slots=8)
     'slots=8'
     """

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from backline_core.testing import ServeProcess, TransportUnderTest, endpoint_config, free_port, run_cli, usage_error
+from backline_core.testing import ServeProcess, TransportUnderTest, endpoint_config, free_port, run_cli, test_secret, usage_error
 
 
 def test_a_free_port_can_be_listened_on() -> None:
@@ -26,14 +26,15 @@ def test_a_free_port_can_be_listened_on() -> None:
 
 
 def test_endpoint_config_puts_the_endpoint_first_and_the_rest_in_order() -> None:
-    assert endpoint_config("10.0.0.2", 5, tls="tcp", cpu=3) == "host=10.0.0.2;port=5;tls=tcp;cpu=3"
+    assert endpoint_config("10.0.0.2", 5, tls="tcp", cpu=3, secret_file=None) == "host=10.0.0.2;port=5;tls=tcp;cpu=3"
+    assert endpoint_config("10.0.0.2", 5, tls="tcp") == f"host=10.0.0.2;port=5;tls=tcp;secret_file={test_secret()}"
 
 
 def test_the_command_is_backline_coprocessor_serve() -> None:
     serve = ServeProcess("rdma", 7, "steane", "echo", key="k", host="h", wrapper=["ip", "netns", "exec", "b"],
-                         timeout_ms=9)
+                         timeout_ms=9, secret_file="/s")
     assert serve.command == ["ip", "netns", "exec", "b", sys.executable, "-m", "backline_core", "coprocessor",
-                             "serve", "--transport", "rdma", "--key", "k", "--config", "host=h;port=7;timeout_ms=9",
+                             "serve", "--transport", "rdma", "--key", "k", "--config", "host=h;port=7;timeout_ms=9;secret_file=/s",
                              "--fn", "steane", "--fn", "echo"]
     assert ServeProcess("rdma", 7).command[-2:] == ["--fn", "echo"]
 
