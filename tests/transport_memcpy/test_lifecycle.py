@@ -250,7 +250,8 @@ def test_serve_with_a_parent_already_gone_never_serves(key, no_leftovers):
     gone.wait()
     proc = subprocess.run([sys.executable, "-m", "backline_core", "coprocessor", "serve", "--key", key, "--fn",
                            "echo", "--parent-pid", str(gone.pid)], capture_output=True, text=True, timeout=START_S)
-    assert proc.returncode == 0, proc.stderr
+    # It used to exit 0 silently; a parent that is already gone is a usage error (issue 23).
+    assert proc.returncode == 2 and "no such process" in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert "ready" not in proc.stdout
     assert not segments(key)
 
