@@ -20,15 +20,24 @@ from backline_core.sdk import ChildProcess, gone  # noqa: E402
 STOPS = [signal.SIGTERM, signal.SIGHUP, signal.SIGINT]
 
 
+def tree(root: Path) -> set[str]:
+    """Every path under ``root``; an entry removed while it is walked is simply not listed
+    (os.walk skips what vanishes, where Path.rglob raises FileNotFoundError)."""
+    found: set[str] = set()
+    for top, dirs, files in os.walk(root):
+        found.update(os.path.join(top, name) for name in dirs + files)
+    return found
+
+
 def shm() -> set[str]:
     """Every path under /dev/shm (segments live in /dev/shm/backline-<euid>/)."""
-    return {str(p) for p in Path("/dev/shm").rglob("*")}
+    return tree(Path("/dev/shm"))
 
 
 def left(tmp: Path, shm_before: set[str], tag: str) -> list[str]:
     """What the child left: anything in its temp dir, and new /dev/shm entries naming ``tag``
     (other processes on this machine may add their own meanwhile)."""
-    return sorted([str(p) for p in tmp.rglob("*")] + [p for p in shm() - shm_before if tag in p])
+    return sorted(tree(tmp) | {p for p in shm() - shm_before if tag in p})
 
 
 def wait_clean(tmp: Path, shm_before: set[str], tag: str, timeout: float = 30.0) -> list[str]:
