@@ -18,7 +18,8 @@ _EXPORTS: dict[str, str] = {
     "get_include": "_abi", "get_library": "_abi",
     "BoundFunction": "_bound_function",
     "CORE_KEYS": "_config", "format_config": "_config", "parse_config": "_config",
-    "CoprocessorFunction": "_coprocessor_function",
+    "CoprocessorFunction": "_coprocessor_function", "DecoderFunction": "_decoder_function",
+    "DemMatrices": "_dem", "dem_matrices": "_dem", "check_matrices": "_dem",
     "Deployment": "_deployment", "deploy": "_deployment",
     "AbiError": "_errors", "AuthenticationError": "_errors", "BacklineError": "_errors", "DeadlineError":
     "_errors", "FunctionError": "_errors", "InvalidArgumentError": "_errors", "KeyTakenError": "_errors",
@@ -39,13 +40,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CORE_KEYS", "AbiError", "AuthenticationError", "BacklineError", "BoundFunction", "Command", "Controller",
-    "Coprocessor", "CoprocessorFunction", "DeadlineError", "Decoder", "Deployment", "Device", "Endpoint",
+    "Coprocessor", "CoprocessorFunction", "DeadlineError", "Decoder", "DecoderFunction", "DemMatrices",
+    "Deployment", "Device", "Endpoint",
     "Executor", "FunctionError", "InvalidArgumentError", "KeyTakenError", "LifecycleError", "Node",
     "NotFoundError", "NothingPostedError", "ObjectBuilder", "Pass", "PayloadTooLargeError", "PeerError",
     "Placement",
     "PlacementError", "PluginError", "Resolution", "ResolvedNode", "RingFullError", "RoundDriver",
     "RoundTripLog", "Session", "Transport", "TransportError", "UnknownDecoderError", "UnknownPluginError",
-    "deploy", "format_config", "get_include", "get_library", "hookimpl", "hookspec", "parse_config",
+    "check_matrices", "dem_matrices", "deploy", "format_config", "get_include", "get_library", "hookimpl", "hookspec", "parse_config",
     "plugins", "resolve",
 ]
 

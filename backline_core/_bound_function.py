@@ -54,8 +54,8 @@ class BoundFunction:
     def __init__(self, function: CoprocessorFunction) -> None:
         self.function = function
         self._fini: Any = None
-        if function.python is not None:
-            self._handle = ffi.new_handle(function.python)  # keeps the callable reachable from C
+        if function.is_python:
+            self._handle = ffi.new_handle(function.python_callable())  # keeps the callable reachable from C
             self.fn, self.ctx = lib.bl_py_coprocessor_fn, self._handle
             return
         self.fn = load_symbol(function.library, function.symbol)

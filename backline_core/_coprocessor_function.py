@@ -8,8 +8,10 @@ Every function has one native signature (``bl_coprocessor_fn`` in ``backline.h``
 
 A function is either a symbol in a shared library (the fast path), optionally with
 an ``init_symbol`` that builds ``ctx`` from ``context`` bytes once, or a plain
-Python callable ``fn(decoder_id: int, payload: bytes) -> bytes`` for prototyping
-(the slow path: every message takes the GIL).
+Python callable ``fn(decoder_id: int, payload: bytes) -> bytes`` (the slow path: every
+message takes the GIL). A Python function with state another process must rebuild is a
+module-level ``python_init(context: bytes) -> fn``, called once where the function is bound,
+as a native ``init_symbol`` is.
 
 >>> from backline_core import CoprocessorFunction
 >>> f = CoprocessorFunction(name="double", python=lambda d, p: bytes(2 * b % 256 for b in p))
@@ -43,6 +45,8 @@ class CoprocessorFunction:
     init_symbol: str | None = None
     fini_symbol: str | None = None
     python: Callable[[int, bytes], bytes] | None = None
+    #: builds the Python callable from ``context`` where the function is bound (instead of ``python``)
+    python_init: Callable[[bytes], Callable[[int, bytes], bytes]] | None = None
     #: Width in bits of the reply, when the function knows it (a decoder's correction mask
     #: of n qubits: n). Lets callers size and unpack replies without knowing the code.
     reply_bits: int | None = None
@@ -63,13 +67,19 @@ class CoprocessorFunction:
         if len(set(ids)) != len(ids):
             raise PlacementError(f"CoprocessorFunction {self.name!r}: decoder_ids {ids} repeat an id")
         native = self.library is not None or self.symbol is not None
-        if self.python is not None:
-            if native or self.init_symbol or self.fini_symbol or self.context:
+        if self.python is not None and self.python_init is not None:
+            raise PlacementError(f"CoprocessorFunction {self.name!r}: give python= (the callable) or python_init= "
+                                 "(what builds it from context), not both")
+        if self.python is not None or self.python_init is not None:
+            if native or self.init_symbol or self.fini_symbol or (self.context and self.python is not None):
                 raise PlacementError(
-                    f"CoprocessorFunction {self.name!r}: give either python= or library=/symbol=, not both"
+                    f"CoprocessorFunction {self.name!r}: give either python=/python_init= or library=/symbol=, "
+                    "not both (context= goes with python_init=)"
                 )
-            if not callable(self.python):
-                raise PlacementError(f"CoprocessorFunction {self.name!r}: python={self.python!r} is not callable")
+            given = self.python if self.python is not None else self.python_init
+            if not callable(given):
+                which = "python" if self.python is not None else "python_init"
+                raise PlacementError(f"CoprocessorFunction {self.name!r}: {which}={given!r} is not callable")
         elif not (self.library and self.symbol):
             raise PlacementError(
                 f"CoprocessorFunction {self.name!r}: a native function needs both library= (path of a shared "
@@ -89,13 +99,29 @@ class CoprocessorFunction:
     @property
     def is_python(self) -> bool:
         """True for the Python-callable slow path."""
-        return self.python is not None
+        return self.python is not None or self.python_init is not None
+
+    def python_callable(self) -> Callable[[int, bytes], bytes]:
+        """The per-message Python callable (``python``, or what ``python_init`` builds from ``context``)."""
+        if self.python is not None:
+            return self.python
+        if self.python_init is None:
+            raise PlacementError(f"CoprocessorFunction {self.name!r} is native, not Python")
+        fn = self.python_init(self.context)
+        if not callable(fn):
+            raise PlacementError(f"CoprocessorFunction {self.name!r}: python_init returned {type(fn).__name__}, "
+                                 "not a callable fn(decoder_id, payload) -> bytes")
+        return fn
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description; Python callables are stored as ``module:qualname``."""
         out: dict[str, Any] = {"name": self.name, "decoder_ids": list(self.decoder_ids)}
         if self.python is not None:
             out["python"] = _import_path(self.python, self.name)
+        elif self.python_init is not None:
+            out["python_init"] = _import_path(self.python_init, self.name)
+            if self.context:
+                out["context"] = self.context.hex()
         else:
             out["library"], out["symbol"] = self.library, self.symbol
             if self.init_symbol:
@@ -111,8 +137,8 @@ class CoprocessorFunction:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CoprocessorFunction:
         """Inverse of :meth:`to_dict`."""
-        known = {"name", "decoder_ids", "python", "library", "symbol", "init_symbol", "fini_symbol", "context",
-                 "reply_bits"}
+        known = {"name", "decoder_ids", "python", "python_init", "library", "symbol", "init_symbol", "fini_symbol",
+                 "context", "reply_bits"}
         unknown = set(data) - known
         if unknown:
             raise PlacementError(f"unknown CoprocessorFunction fields {sorted(unknown)}; known: {sorted(known)}")
@@ -120,8 +146,9 @@ class CoprocessorFunction:
         kwargs["decoder_ids"] = tuple(kwargs.get("decoder_ids", (0,)))
         if "context" in kwargs:
             kwargs["context"] = bytes.fromhex(kwargs["context"])
-        if "python" in kwargs:
-            kwargs["python"] = load_import_path(kwargs["python"])
+        for key in ("python", "python_init"):
+            if key in kwargs:
+                kwargs[key] = load_import_path(kwargs[key])
         return cls(**kwargs)
 
 

@@ -53,6 +53,42 @@ def _frozen(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
     return MappingProxyType(dict(mapping or {}))
 
 
+def _frozen_json(value: Any) -> Any:
+    """A JSON value that cannot be changed through the record (dicts become read-only, lists tuples)."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _frozen_json(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen_json(v) for v in value)
+    return value
+
+
+def _thawed(value: Any) -> Any:
+    """:func:`_frozen_json`'s inverse: plain dicts and lists, for json.dumps."""
+    if isinstance(value, Mapping):
+        return {k: _thawed(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thawed(v) for v in value]
+    return value
+
+
+#: the reply layouts of a decoder built from a DEM or matrices (backline_core._dem says each one's bits)
+REPLIES = ("observables", "observables+detectors")
+
+#: the schema of a decoder that declares no parameters
+EMPTY_SCHEMA: Mapping[str, Any] = MappingProxyType(
+    {"type": "object", "properties": {}, "additionalProperties": False})
+
+
+def _check_schema_shape(owner: str, schema: Mapping[str, Any]) -> None:
+    # the shape the core relies on; tests check each installed schema with jsonschema itself
+    props = schema.get("properties", {}) if isinstance(schema, Mapping) else None
+    if not isinstance(schema, Mapping) or schema.get("type") != "object" or not isinstance(props, Mapping):
+        raise ValueError(f"{owner}: its parameter schema must be a JSON Schema object with properties")
+    missing = [k for k, v in props.items() if not isinstance(v, Mapping) or "default" not in v]
+    if missing:
+        raise ValueError(f"{owner}: parameters {', '.join(missing)} declare no default")
+
+
 #: Where a coprocessor may run relative to its controller (``Coprocessor.runs_in``); the
 #: values of ``bl_runs_in`` in ``backline.h`` (see :data:`backline_core._placement.RUNS_IN`).
 #: ``"executor"``: a process an executor plugin starts (possibly on another machine) from
@@ -140,11 +176,19 @@ class Transport:
 class Decoder:
     """A named coprocessor function factory.
 
-    ``build(**params)`` returns a :class:`backline_core.CoprocessorFunction`;
-    ``hardware`` lists where the function it builds can run. ``bench_payloads``, if given,
-    makes the requests ``backline bench`` sends that function (and perhaps the replies it
-    must give: a :class:`~backline_core._bench.protocols.PayloadGenerator`); without one the
-    bench sends random bytes and checks each reply against the function called locally.
+    ``build(**params)`` returns a :class:`backline_core.CoprocessorFunction` (a code's own
+    sources, such as Hx and Hz, and parameters); ``hardware`` lists where the function it
+    builds can run. ``bench_payloads``, if given, makes the requests ``backline bench`` sends
+    that function (and perhaps the replies it must give: a
+    :class:`~backline_core._bench.protocols.PayloadGenerator`); without one the bench sends
+    random bytes and checks each reply against the function called locally.
+
+    A decoder of detection events also builds from a detector error model
+    (``from_dem(dem, *, reply, **params)``) or from explicit matrices
+    (``from_matrices(m: DemMatrices, *, reply, **params)``); both return a
+    :class:`~backline_core.DecoderFunction` replying in one of the layouts ``replies`` lists.
+    ``schema`` is the JSON Schema of its parameters (docs/decoders.md); call
+    :meth:`build_from_dem` and :meth:`build_from_matrices`, which check them first.
     """
 
     name: str
@@ -152,10 +196,85 @@ class Decoder:
     build: Callable[..., Any]
     hardware: tuple[str, ...] = ("cpu",)
     bench_payloads: PayloadGenerator | None = None
+    schema: Mapping[str, Any] = field(default_factory=lambda: dict(EMPTY_SCHEMA))
+    from_dem: Callable[..., Any] | None = None
+    from_matrices: Callable[..., Any] | None = None
+    replies: tuple[str, ...] = ("observables",)
     distribution: str = ""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hardware", tuple(self.hardware))
+        object.__setattr__(self, "replies", tuple(self.replies))
+        _check_schema_shape(f"decoder {self.name!r}", self.schema)
+        object.__setattr__(self, "schema", _frozen_json(self.schema))
+        bad = [r for r in self.replies if r not in REPLIES]
+        if bad or not self.replies:
+            raise ValueError(f"decoder {self.name!r} declares replies={self.replies!r}; give one or more of {REPLIES}")
+
     def describe(self) -> str:
-        return f"runs on {', '.join(self.hardware)}"
+        sources = [s for s, f in (("a DEM", self.from_dem), ("matrices", self.from_matrices)) if f is not None]
+        built = f"; builds from {' or '.join(sources)}" if sources else ""
+        params = ", ".join(self.schema.get("properties", {}))
+        return f"runs on {', '.join(self.hardware)}{built}" + (f"; parameters {params}" if params else "")
+
+    def details(self) -> dict[str, Any]:
+        """What ``backline plugins --json`` adds to this decoder's row."""
+        return {"schema": _thawed(self.schema), "from_dem": self.from_dem is not None,
+                "from_matrices": self.from_matrices is not None, "replies": list(self.replies),
+                "hardware": list(self.hardware)}
+
+    def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` checked against :attr:`schema`, with the defaults filled in."""
+        from ._decoder_params import check_params
+
+        return check_params(self.name, self.schema, params)
+
+    def _checked_reply(self, reply: str) -> str:
+        from ._errors import InvalidArgumentError
+
+        if reply not in self.replies:
+            raise InvalidArgumentError(f"decoder {self.name!r} replies with {' or '.join(map(repr, self.replies))}, "
+                                       f"not {reply!r}")
+        return reply
+
+    def _which(self, source: str) -> str:
+        from . import _plugins as plugins
+
+        able = [n for n in plugins.names("decoder") if getattr(plugins.get("decoder", n), source, None) is not None]
+        return ", ".join(able) or "none installed"
+
+    def build_from_dem(self, dem: Any, *, reply: str = "observables", **params: Any) -> Any:
+        """A :class:`~backline_core.DecoderFunction` for ``dem`` (a ``stim.DetectorErrorModel``)."""
+        from ._dem import check_dem
+        from ._errors import InvalidArgumentError
+
+        if self.from_dem is None:
+            raise InvalidArgumentError(f"decoder {self.name!r} does not build from a detector error model; "
+                                       f"those that do: {self._which('from_dem')}")
+        checked = self.check_params(params)
+        return self._built(self.from_dem(check_dem(dem), reply=self._checked_reply(reply), **checked))
+
+    def build_from_matrices(self, h: Any, o: Any, priors: Any = None, *, reply: str = "observables",
+                            **params: Any) -> Any:
+        """A :class:`~backline_core.DecoderFunction` for check matrix ``h``, observables ``o`` and ``priors``."""
+        from ._dem import check_matrices
+        from ._errors import InvalidArgumentError
+
+        if self.from_matrices is None:
+            raise InvalidArgumentError(f"decoder {self.name!r} does not build from matrices; those that do: "
+                                       f"{self._which('from_matrices')}")
+        checked = self.check_params(params)
+        return self._built(self.from_matrices(check_matrices(h, o, priors), reply=self._checked_reply(reply),
+                                              **checked))
+
+    def _built(self, function: Any) -> Any:
+        from ._decoder_function import DecoderFunction
+        from ._errors import PluginError
+
+        if not isinstance(function, DecoderFunction):
+            raise PluginError(f"decoder {self.name!r} ({self.distribution}) built {type(function).__name__}, "
+                              "not a DecoderFunction")
+        return function
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -45,6 +45,8 @@ class PluginInfo:
     version: str
     serves: str
     error: str | None = None
+    #: what a record says of itself beyond ``serves`` (a decoder: its parameter schema, its sources)
+    details: dict[str, Any] | None = None
 
 
 def _check_kind(kind: str) -> str:
@@ -290,7 +292,8 @@ class PluginRegistry:
             return [PluginInfo(kind, "?", "?", "?", "", str(exc))]
         for record in records:
             dist = record.distribution
-            rows.append(PluginInfo(kind, record.name, dist, versions.get(dist, ""), record.describe()))
+            rows.append(PluginInfo(kind, record.name, dist, versions.get(dist, ""), record.describe(),
+                                       details=record.details() if hasattr(record, "details") else None))
         for (k, name, dist), error in self._errors.items():
             if k == kind:
                 rows.append(PluginInfo(kind, name, dist, versions.get(dist, "?"), "", error))

@@ -35,6 +35,10 @@ _EXPORTS: dict[str, str] = {
     "DeploymentSecret": "_trust", "new_nonce": "_trust", "address_bytes": "_trust",
     "connection_addresses": "_trust", "transcript": "_trust", "tag": "_trust", "tags_equal": "_trust",
     "HandshakeGate": "_trust",
+    # decoders of detection events: the DEM as matrices, the reply's layout, declared parameters
+    "DemMatrices": "_dem", "dem_matrices": "_dem", "check_matrices": "_dem", "check_dem": "_dem",
+    "reply_matrix": "_dem", "encode_reply_map": "_dem", "reply_bits": "_dem", "REPLIES": "_hookspecs",
+    "DecoderFunction": "_decoder_function", "object_schema": "_decoder_params", "check_params": "_decoder_params",
     # records and the vocabulary of a placement
     "HARDWARE": "_hookspecs", "ROLES": "_hookspecs", "RUNS_IN": "_hookspecs", "REMOTE_INIT_ARGS": "_hookspecs",
     "runs_in_code": "_session", "c_string": "_session", "FORMAT": "_serialization", "QuantumDevice": "_device",
