@@ -153,7 +153,9 @@ def run(cfg: BenchConfig, stream: TextIO | None = None) -> BenchResult | Control
     # SIGTERM/SIGHUP unwind the run like Ctrl-C: the coprocessor, its executor and its segment go with it
     exit_on_stop_signals()
     decoder = plugins.get("decoder", cfg.coprocessor_fn)
-    params: dict[str, Any] = dict(cfg.decoder_params)
+    # the decoder's declared parameters, read by type and checked against its schema (one-line errors)
+    checked = decoder.check_params(cfg.decoder_params)
+    params: dict[str, Any] = {key: checked[key] for key in cfg.decoder_params}
     code = load_code(cfg.code) if cfg.code is not None else None
     if code is not None:
         params.update(hx=code[0], hz=code[1])

@@ -21,7 +21,7 @@ from backline_core._hookspecs import ENTRY_POINT_GROUPS, Command, Transport, hoo
 from backline_core._abi import lib
 from backline_core._steane import STEANE_H as STEANE_MATRIX
 
-KEYS = {"kind", "name", "distribution", "version", "serves", "error"}
+KEYS = {"kind", "name", "distribution", "version", "serves", "error", "details"}
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
