@@ -3,12 +3,20 @@ entry by entry (what a decoder built from them, such as bposd, takes as ``build(
 
 from __future__ import annotations
 
+import io
 import os
 import zipfile
 
 import numpy as np
 
 from .._errors import BacklineError
+from .._input import InputFileError, read_input_file
+
+#: the largest --code file read (compressed .npz)
+MAX_CODE_FILE_BYTES = 256 << 20
+#: the most entries one matrix may have (e.g. 4,096 checks x 8,192 qubits); a larger one would take
+#: minutes to check and gigabytes to hold
+MAX_MATRIX_ENTRIES = 1 << 25
 
 
 def load_code(path: str) -> tuple[np.ndarray, np.ndarray]:
@@ -19,22 +27,19 @@ def load_code(path: str) -> tuple[np.ndarray, np.ndarray]:
     """
     if not isinstance(path, (str, os.PathLike)):
         raise BacklineError(f"--code {path!r}: must be the path of a .npz file")
-    if not os.path.exists(path):
-        raise BacklineError(f"--code {path}: no such file")
-    if os.path.isdir(path):
-        raise BacklineError(f"--code {path}: is a directory, not a .npz file")
     how = "save one with numpy.savez(path, Hx=..., Hz=...)"
-    try:
-        with open(path, "rb") as fh:
-            magic = fh.read(6)
-    except OSError as exc:
-        raise BacklineError(f"--code {path}: cannot be read ({exc.strerror or exc})") from None
+    try:  # a regular file of bounded size: a FIFO or a device must not block or grow without end
+        blob = read_input_file(path, what="--code", limit=MAX_CODE_FILE_BYTES)
+    except InputFileError as exc:
+        raise BacklineError(str(exc)) from None
+    magic = blob[:6]
     if magic == b"\x93NUMPY":
         raise BacklineError(f"--code {path}: holds a single .npy array, not an .npz archive of Hx and Hz; {how}")
     if not magic.startswith(b"PK"):
         raise BacklineError(f"--code {path}: is not an .npz archive (a zip of .npy arrays); {how}")
+    _check_shapes(path, blob, how)
     try:
-        data = np.load(path, allow_pickle=False)
+        data = np.load(io.BytesIO(blob), allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise BacklineError(f"--code {path}: not a .npz archive of Hx and Hz ({first_line(exc)}); {how}") from None
     if not isinstance(data, np.lib.npyio.NpzFile):
@@ -57,6 +62,28 @@ def load_code(path: str) -> tuple[np.ndarray, np.ndarray]:
         raise BacklineError(f"--code {path}: Hx has {hx.shape[1]} columns and Hz {hz.shape[1]}; both have one "
                             "column per qubit")
     return hx, hz
+
+
+def _check_shapes(path: str, blob: bytes, how: str) -> None:
+    """Refuse a matrix too large to check before it is decompressed: its shape is in the .npy header."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(blob)) as z:
+            for name in ("Hx", "Hz"):
+                if f"{name}.npy" not in z.namelist():
+                    continue  # said below, with what the archive holds
+                with z.open(f"{name}.npy") as fh:
+                    version = np.lib.format.read_magic(fh)
+                    if version not in ((1, 0), (2, 0)):
+                        raise ValueError(f"{name}.npy has .npy format {version[0]}.{version[1]}; numpy.savez writes 1.0")
+                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, _, _ = read_header(fh)
+                entries = int(np.prod(shape, dtype=np.float64))
+                if entries > MAX_MATRIX_ENTRIES:
+                    raise BacklineError(f"--code {path}: {name} has shape {tuple(shape)}, {entries:,} entries; at "
+                                        f"most {MAX_MATRIX_ENTRIES:,} are read (a code of a few thousand qubits)")
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise BacklineError(f"--code {path}: not a .npz archive of Hx and Hz ({first_line(exc)}); {how}") from None
 
 
 def _binary_matrix(path: str, name: str, raw: np.ndarray) -> np.ndarray:

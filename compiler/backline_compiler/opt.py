@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -29,9 +30,13 @@ from xdsl.utils.arg_spec import parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from backline_core.sdk import InputFileError, read_input_file
+
 from . import pipeline
 
 PROG = "backline-opt"
+#: the largest IR file read (IR of this project's programs is kilobytes)
+MAX_INPUT_BYTES = 64 << 20
 
 
 class UsageError(Exception):
@@ -131,9 +136,14 @@ class BacklineOptMain(xDSLOptMain):
             return sys.stdin.buffer, "mlir"
         if os.path.isdir(path):
             raise UsageError(f"input {path!r} is a directory; give an IR file, or - for stdin")
-        stream, extension = super().get_input_stream()
+        # a regular file of bounded size: a FIFO or /dev/zero must not block or be read without end
+        try:
+            data = read_input_file(path, what="input", limit=MAX_INPUT_BYTES)
+        except InputFileError as exc:
+            raise UsageError(str(exc)) from None
+        extension = os.path.splitext(path)[1].removeprefix(".")
         # any file is MLIR text unless a frontend claims its extension
-        return stream, extension if extension in self.available_frontends else "mlir"
+        return io.BytesIO(data), extension if extension in self.available_frontends else "mlir"
 
     def prepare_output(self) -> IO[str]:
         if self.args.output_file in (None, "-"):

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+
+import pytest
 
 from backline_core import plugins
 
@@ -31,4 +34,16 @@ def test_demo_errors_are_one_line():
     for args, words in ((["demo"], "give a demo: ghz"), (["demo", "nosuch"], "unknown demo 'nosuch'")):
         proc = _backline(*args)
         assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.defect("backline-opt /dev/zero read without end, and a FIFO waited for a writer forever")
+def test_opt_reads_only_a_bounded_regular_file(tmp_path):
+    fifo = tmp_path / "ir.mlir"
+    os.mkfifo(fifo)
+    for path, says in ((str(fifo), "is a FIFO (named pipe), not a regular file"),
+                       ("/dev/zero", "is a character device, not a regular file"),
+                       (str(tmp_path / "missing.mlir"), "no such file"), (str(tmp_path), "is a directory")):
+        proc = _backline("opt", path)  # bounded by _backline's timeout
+        assert proc.returncode == 2 and says in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -298,7 +298,7 @@ def test_the_shell_redirects_in_process_tools(tmp_path: Path) -> None:
     source.write_text("// CHECK: func.func @f\nfunc.func @f() {\n  func.return\n}\n")
     assert run_line("backline-opt %s > %t.out && filecheck %s < %t.out", source, tmp_path)[0] == 0
     assert run_line("backline-opt %s | filecheck %s --check-prefix=NOPE", source, tmp_path)[0] != 0
-    assert run_line("! backline-opt %S/missing.mlir 2>&1 | grep -q 'No such file'", source, tmp_path)[0] == 0
+    assert run_line("! backline-opt %S/missing.mlir 2>&1 | grep -qi 'No such file'", source, tmp_path)[0] == 0
 
 
 # -- the real console script, end to end -----------------------------------------------------

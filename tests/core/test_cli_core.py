@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -243,6 +244,30 @@ def test_code_not_an_npz(capsys, tmp_path):
     path = tmp_path / "code.npz"
     path.write_bytes(b"not an archive at all")  # was numpy's pickle ValueError
     bench_error(capsys, [*QUICK, "--code", str(path)], "--code", "not an .npz archive")
+
+
+@pytest.mark.defect("--code on a FIFO waited for a writer forever, and /dev/zero was read without end")
+def test_code_that_is_not_a_regular_file_is_refused_without_reading(capsys, tmp_path):
+    fifo = tmp_path / "code.npz"
+    os.mkfifo(fifo)
+    bench_error(capsys, [*QUICK, "--code", str(fifo)], f"--code {fifo}", "is a FIFO (named pipe), not a regular file")
+    bench_error(capsys, [*QUICK, "--code", "/dev/zero"], "--code /dev/zero", "not a regular file")
+    bench_error(capsys, [*QUICK, "--code", str(tmp_path)], f"--code {tmp_path}", "directory")
+
+
+@pytest.mark.defect("a 20,000 x 20,000 zero matrix in --code was checked for minutes")
+def test_code_too_large_to_check_is_refused_before_it_is_decompressed(capsys, tmp_path):
+    path = tmp_path / "huge.npz"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:  # 400 MB of zeros, a few hundred kB zipped
+        for name in ("Hx", "Hz"):
+            with z.open(f"{name}.npy", "w", force_zip64=True) as fh:
+                np.lib.format.write_array_header_1_0(fh, {"descr": "|u1", "fortran_order": False,
+                                                          "shape": (20000, 20000)})
+                zeros = bytes(1 << 22)
+                for _ in range(20000 * 20000 // len(zeros)):
+                    fh.write(zeros)
+    bench_error(capsys, [*QUICK, "--code", str(path)], "Hx has shape (20000, 20000), 400,000,000 entries",
+                "at most 33,554,432")
 
 
 def test_code_truncated_npz(capsys, tmp_path, code_file):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 
 from backline_core import BacklineError
@@ -21,7 +22,8 @@ class WindowView:
     def __init__(self, path: str) -> None:
         h = hwhs()
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             raise BacklineError(f"window {path}: no such file; start the engine model (backline fpga model --window "
                                 f"{path})") from None
@@ -29,6 +31,9 @@ class WindowView:
             raise BacklineError(f"window {path}: {exc.strerror or exc}") from None
         try:
             st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise BacklineError(f"window {path}: not a regular file (an engine window is a file in /dev/shm); "
+                                    f"give the --window the engine model was started with")
             if st.st_uid != os.geteuid() or st.st_mode & 0o077:
                 raise BacklineError(f"window {path}: owned by uid {st.st_uid} with mode {st.st_mode & 0o777:o}; a "
                                     "window must be this user's and 0600")

@@ -4,6 +4,7 @@ layout, the window checks, the command line and the aarch64 build of the driver.
 from __future__ import annotations
 
 import os
+import signal
 import shutil
 import stat
 import struct
@@ -151,6 +152,16 @@ def test_status_of_no_window_is_one_line_and_status_2(tmp_path) -> None:
     assert r.returncode == 2 and "backline fpga model" in one_line(r.stderr)
 
 
+@pytest.mark.defect("fpga status --window FIFO waited for a writer forever")
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_status_of_a_window_that_is_no_file_is_one_line_and_status_2(tmp_path, kind: str) -> None:
+    path = {"fifo": tmp_path / "fifo", "device": "/dev/zero", "directory": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    r = backline("fpga", "status", "--window", str(path))  # bounded by the helper's timeout
+    assert r.returncode == 2 and "not a regular file" in one_line(r.stderr)
+
+
 @pytest.mark.parametrize("args, says", [
     (["--loop", "hw"], "--controller-hardware fpga"),
     (["--controller-hardware", "fpga", "--transport", "memcpy"], "fpga/controller"),
@@ -196,3 +207,20 @@ def test_the_driver_builds_for_the_boards_aarch64_cores(tmp_path) -> None:
     out = os.environ.get("BACKLINE_AARCH64_OUT")
     if out:  # CI keeps the object
         shutil.copy(obj, out)
+
+
+@pytest.mark.defect("fpga model said ready with no RDMA device, and nothing else")
+def test_the_model_without_a_device_says_so_when_it_is_ready(tmp_path) -> None:
+    from backline_core.sdk import ChildProcess
+
+    window = str(tmp_path / "w")
+    child = ChildProcess([sys.executable, "-m", "backline_core", "fpga", "model", "--window", window],
+                         name="the engine model", ready=r"^ready ")
+    try:
+        child.wait_ready(60)
+        child.signal(signal.SIGTERM)
+        assert child.wait(30) == 0
+    finally:
+        child.kill()
+    said = "\n".join(child.output_tail())
+    assert "warning: no verbs device" in said and "QP enable" in said, said

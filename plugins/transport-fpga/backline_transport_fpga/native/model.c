@@ -1278,6 +1278,12 @@ BL_API int32_t hwhs_model_run(const hwhs_model_config *c, char *err, uint64_t er
         goto fail;
     }
 
+    if (!m->dev_open) {  /* not silent: a model without its ERNIC's device serves registers only */
+        fprintf(stderr, "backline fpga model: warning: no verbs device (%s): %s; the engine and its window run, "
+                        "but every QP enable and memory registration fails until the model is started where "
+                        "one is (backline rdma devices lists them)\n", m->want_dev, m->no_dev);
+        fflush(stderr);
+    }
     printf("ready %s pid %d\n", c->window, (int)getpid());
     fflush(stdout);
 
