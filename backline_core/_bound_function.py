@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from ._coprocessor_function import CoprocessorFunction
-from ._errors import FunctionError, TransportError
+from ._errors import FunctionError, InvalidArgumentError, TransportError
 from ._abi import ffi, lib, load_symbol
 
 _log = logging.getLogger(__name__)
@@ -52,6 +52,9 @@ class BoundFunction:
     """The native ``(fn, ctx)`` pair of a CoprocessorFunction; owns ``ctx`` until closed."""
 
     def __init__(self, function: CoprocessorFunction) -> None:
+        if not isinstance(function, CoprocessorFunction):
+            raise InvalidArgumentError(f"BoundFunction takes a CoprocessorFunction, not {type(function).__name__} "
+                                       "(backline_core.plugins.get('decoder', NAME).build() makes one)")
         self.function = function
         self._fini: Any = None
         if function.is_python:

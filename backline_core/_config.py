@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from ._errors import InvalidArgumentError
 from ._native import lib
 
 #: Keys every transport accepts; read by the core runtime (limits and defaults: backline.h).
@@ -44,12 +45,16 @@ def _text(value: ConfigValue) -> str:
 
 def format_config(args: Mapping[str, ConfigValue]) -> str:
     """Render ``args`` as the canonical configuration string (keys sorted)."""
+    if not isinstance(args, Mapping):
+        raise InvalidArgumentError(f"init_args must be a mapping of keys to values, not {type(args).__name__}")
+    if not all(isinstance(key, str) for key in args):
+        raise InvalidArgumentError(f"init_args keys must be str: {sorted(map(repr, args))}")
     parts = []
     for key in sorted(args):
         value = _text(args[key])
         for text, what in ((key, "key"), (value, "value")):
             if not text or any(c in text for c in ";=\n\0"):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"init_args {what} {text!r} for {key!r} is not allowed: keys and values must be "
                     "non-empty and must not contain ';', '=', newlines or NUL"
                 )
@@ -58,17 +63,19 @@ def format_config(args: Mapping[str, ConfigValue]) -> str:
 
 
 def parse_config(text: str) -> dict[str, str]:
-    """Parse a configuration string; raise ValueError on malformed input."""
+    """Parse a configuration string; raise ValueError (InvalidArgumentError) on malformed input."""
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"a configuration string must be a str, not {type(text).__name__}")
     out: dict[str, str] = {}
     if not text:
         return out
     for item in text.split(";"):
         key, sep, value = item.partition("=")
         if not sep or not key or not value or "=" in value:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"malformed configuration item {item!r} in {text!r}: expected key=value pairs separated by ';'"
             )
         if key in out:
-            raise ValueError(f"configuration key {key!r} given twice in {text!r}")
+            raise InvalidArgumentError(f"configuration key {key!r} given twice in {text!r}")
         out[key] = value
     return out

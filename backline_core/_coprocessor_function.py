@@ -54,8 +54,15 @@ class CoprocessorFunction:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise PlacementError("CoprocessorFunction needs a non-empty name")
-        ids = tuple(self.decoder_ids)
+        try:  # an int would be 5 ids or none: only an iterable of ids is one
+            ids = tuple(self.decoder_ids)
+        except TypeError:
+            raise PlacementError(f"CoprocessorFunction {self.name!r}: decoder_ids={self.decoder_ids!r} must be a "
+                                 "tuple of ints, e.g. (0,) or (0, 1)") from None
         object.__setattr__(self, "decoder_ids", ids)
+        if not isinstance(self.context, (bytes, bytearray, memoryview)):  # bytes(5) is five zero bytes
+            raise PlacementError(f"CoprocessorFunction {self.name!r}: context must be bytes, not "
+                                 f"{type(self.context).__name__}")
         object.__setattr__(self, "context", bytes(self.context))
         if not ids:
             raise PlacementError(f"CoprocessorFunction {self.name!r}: decoder_ids is empty; bind at least one id")

@@ -36,6 +36,7 @@ from . import _plugins as plugins
 from ._resolution import DEFAULT_EXECUTOR, Resolution, ResolvedNode, needs_secret, resolve, with_secret
 from ._trust import DeploymentSecret
 from ._session import Session, resolve_function
+from ._abi import lib
 
 
 class CoprocessorProcess:
@@ -161,6 +162,11 @@ class Deployment:
     """
 
     def __init__(self, placement: Placement, *, in_bytes: int, out_bytes: int) -> None:
+        for what, value in (("in_bytes", in_bytes), ("out_bytes", out_bytes)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= lib.BL_MAX_SLOT_BYTES:
+                shown = repr(value) if not isinstance(value, int) or abs(value) < 10**12 else "(too large)"
+                raise InvalidArgumentError(f"deploy: {what}={shown} must be an int from 0 to {lib.BL_MAX_SLOT_BYTES} "
+                                           "(the largest message, in bytes)")
         self.resolution = resolve(placement)
         #: a networked transport's ends authenticate: with no secret_file given, one made for this deployment
         self.secret: DeploymentSecret | None = None

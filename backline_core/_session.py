@@ -23,7 +23,7 @@ import numpy as np
 
 from . import _plugins as plugins
 from ._coprocessor_function import CoprocessorFunction
-from ._errors import InvalidArgumentError, LifecycleError, PlacementError
+from ._errors import InvalidArgumentError, LifecycleError, PlacementError, short_repr
 from ._bound_function import BoundFunction
 from ._abi import check, ffi, lib
 from ._placement import RUNS_IN
@@ -303,7 +303,11 @@ class Session:
             if v is None or payload is not v[0] or out is not v[1] or s is None:
                 s = self._handle()
                 v = self._bind(payload, out)
-            rc = _bl_round(s, v[2], v[3], decoder_id, v[4], v[5], v[6])
+            try:
+                rc = _bl_round(s, v[2], v[3], decoder_id, v[4], v[5], v[6])
+            except (TypeError, OverflowError):  # cffi's, on a decoder_id that is no uint32 (no cost otherwise)
+                raise InvalidArgumentError(f"round: decoder_id={short_repr(decoder_id)} must be an int from 0 to "
+                                           f"{lib.BL_MAX_DECODERS - 1}") from None
             if rc:
                 check(rc)
             return v[6][0]
@@ -312,8 +316,17 @@ class Session:
 
     def _bind(self, payload: Any, out: Any) -> tuple[Any, ...]:
         """This thread's native views of ``payload`` and ``out`` (see round_into)."""
-        out_view = out if isinstance(out, ffi.CData) else ffi.from_buffer(out, require_writable=True)
-        v = (payload, out, ffi.from_buffer(payload), len(payload), out_view, len(out), ffi.new("uint32_t *"))
+        try:
+            payload_view = ffi.from_buffer(payload)
+        except TypeError:
+            raise InvalidArgumentError(f"round: the payload must be bytes-like (bytes, bytearray, memoryview, a "
+                                       f"uint8 array), not {type(payload).__name__}") from None
+        try:
+            out_view = out if isinstance(out, ffi.CData) else ffi.from_buffer(out, require_writable=True)
+        except TypeError:
+            raise InvalidArgumentError(f"round_into: the reply buffer must be a writable bytes-like object "
+                                       f"(bytearray, a uint8 array), not {type(out).__name__}") from None
+        v = (payload, out, payload_view, len(payload), out_view, len(out), ffi.new("uint32_t *"))
         self._views[get_ident()] = v
         return v
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from backline_core._builtins import echo, steane
@@ -59,3 +61,30 @@ def test_from_dict_validates_reply_bits():
 def test_builtins():
     assert steane().reply_bits == 7  # the 7-qubit correction mask
     assert echo().reply_bits is None  # as wide as whatever came in
+
+
+@pytest.mark.defect("API arguments of the wrong type raised raw TypeError/OverflowError, or were taken (context=5)")
+@pytest.mark.parametrize("call, says", [
+    (lambda: CoprocessorFunction(name="x", python=lambda d, p: p, decoder_ids=5), "decoder_ids=5 must be a tuple"),
+    (lambda: CoprocessorFunction(name="x", library="a.so", symbol="f", context=5), "context must be bytes, not int"),
+    (lambda: __import__("backline_core").format_config(5), "init_args must be a mapping"),
+    (lambda: __import__("backline_core").format_config({1: "a"}), "init_args keys must be str"),
+    (lambda: __import__("backline_core").parse_config(5), "must be a str, not int"),
+    (lambda: __import__("backline_core").BoundFunction(5), "takes a CoprocessorFunction, not int"),
+    (lambda: _deploy(in_bytes="x"), "in_bytes='x' must be an int"),
+    (lambda: _deploy(in_bytes=2**70), "in_bytes=(too large) must be an int"),
+    (lambda: _deploy(out_bytes=-1), "out_bytes=-1 must be an int"),
+])
+def test_arguments_of_the_wrong_kind_are_backline_errors(call, says) -> None:
+    from backline_core import BacklineError
+
+    with pytest.raises(BacklineError, match=re.escape(says)):
+        call()
+
+
+def _deploy(**sizes):  # noqa: ANN003, ANN202
+    from backline_core import Controller, Coprocessor, Placement, deploy
+
+    return deploy(Placement(controller=Controller(), transport="memcpy",
+                            coprocessors=[Coprocessor(name="x", coprocessor_fn="steane")]),
+                  **{"in_bytes": 1, "out_bytes": 1, **sizes})

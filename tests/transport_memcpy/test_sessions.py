@@ -82,6 +82,21 @@ def test_round_into_reuses_refilled_buffers(pair, runs_in):
     assert ctl.collect_into(into) == 12 and into[:12] == b"collect-into"
 
 
+@pytest.mark.defect("a round with a payload or decoder_id of the wrong kind raised raw TypeError/OverflowError")
+def test_a_round_of_the_wrong_kind_is_invalid_argument_and_the_session_rounds_on(pair):
+    from backline_core import InvalidArgumentError
+
+    _, ctl = pair("thread", in_bytes=4, out_bytes=4)
+    for args, says in (((5,), "payload must be bytes-like"), (("text",), "payload must be bytes-like"),
+                       ((None,), "payload must be bytes-like"), ((b"ab", 2**70), "decoder_id="),
+                       ((b"ab", -1), "decoder_id=-1"), ((b"ab", "x"), "decoder_id='x'")):
+        with pytest.raises(InvalidArgumentError, match=says):
+            ctl.round(*args)
+    with pytest.raises(InvalidArgumentError, match="writable bytes-like"):
+        ctl.round_into(b"ab", 5)
+    assert ctl.round(b"ab") == b"ab"
+
+
 @pytest.mark.parametrize("runs_in", PLACES)
 def test_functions_selected_by_decoder_id(pair, runs_in, request):
     _, ctl = pair(runs_in, multi_functions(runs_in, request), in_bytes=16, out_bytes=16)
