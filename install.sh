@@ -51,7 +51,7 @@ python3 -m venv .venv
 if [ "$dev" = 1 ]; then
   .venv/bin/pip install -e '.[plot,test]'
   .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e 'plugins/decoder-bpod[test,sinter]' \
-    -e 'plugins/transport-rdma[test]' -e 'plugins/transport-ucx[test]'
+    -e 'plugins/decoder-lut[test]' -e 'plugins/transport-rdma[test]' -e 'plugins/transport-ucx[test]'
   # built against the installed rdma plugin's verbs set-up (its setup.py imports it): after it
   .venv/bin/pip install --no-build-isolation -e 'plugins/transport-fpga[test]'
   .venv/bin/pip install -e 'compiler[frontend,test]'
@@ -61,8 +61,8 @@ if [ "$dev" = 1 ]; then
   .venv/bin/pip install torch==2.13.0 triton
 else
   .venv/bin/pip install -e '.[plot]'
-  .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e plugins/decoder-bpod -e plugins/transport-rdma \
-    -e plugins/transport-ucx
+  .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e plugins/decoder-bpod -e plugins/decoder-lut \
+    -e plugins/transport-rdma -e plugins/transport-ucx
   .venv/bin/pip install --no-build-isolation -e plugins/transport-fpga
   .venv/bin/pip install -e 'compiler[frontend]'
   .venv/bin/pip install -e plugins/device-stim -e plugins/executor-orc
