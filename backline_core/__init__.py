@@ -18,7 +18,8 @@ _EXPORTS: dict[str, str] = {
     "get_include": "_abi", "get_library": "_abi",
     "BoundFunction": "_bound_function",
     "CORE_KEYS": "_config", "format_config": "_config", "parse_config": "_config",
-    "CoprocessorFunction": "_coprocessor_function", "DecoderFunction": "_decoder_function",
+    "CoprocessorFunction": "_coprocessor_function", "NativeFunction": "_coprocessor_function",
+    "DecoderFunction": "_decoder_function",
     "DemMatrices": "_dem", "dem_matrices": "_dem", "check_matrices": "_dem",
     "Deployment": "_deployment", "deploy": "_deployment",
     "AbiError": "_errors", "AuthenticationError": "_errors", "BacklineError": "_errors", "DeadlineError":
@@ -43,7 +44,7 @@ __all__ = [
     "Coprocessor", "CoprocessorFunction", "DeadlineError", "Decoder", "DecoderFunction", "DemMatrices",
     "Deployment", "Device", "Endpoint",
     "Executor", "FunctionError", "InvalidArgumentError", "KeyTakenError", "LifecycleError", "Node",
-    "NotFoundError", "NothingPostedError", "ObjectBuilder", "Pass", "PayloadTooLargeError", "PeerError",
+    "NativeFunction", "NotFoundError", "NothingPostedError", "ObjectBuilder", "Pass", "PayloadTooLargeError", "PeerError",
     "Placement",
     "PlacementError", "PluginError", "Resolution", "ResolvedNode", "RingFullError", "RoundDriver",
     "RoundTripLog", "Session", "Transport", "TransportError", "UnknownDecoderError", "UnknownPluginError",

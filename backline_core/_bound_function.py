@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ._coprocessor_function import CoprocessorFunction
+from ._coprocessor_function import CoprocessorFunction, NativeFunction
 from ._errors import FunctionError, InvalidArgumentError, TransportError
 from ._abi import ffi, lib, load_symbol
 
@@ -57,8 +57,16 @@ class BoundFunction:
                                        "(backline_core.plugins.get('decoder', NAME).build() makes one)")
         self.function = function
         self._fini: Any = None
+        self._native: NativeFunction | None = None
         if function.is_python:
-            self._handle = ffi.new_handle(function.python_callable())  # keeps the callable reachable from C
+            made = function.python_callable()
+            if isinstance(made, NativeFunction):  # python_init put a native function together
+                if not made.fn:
+                    raise InvalidArgumentError(f"{function.name}: python_init returned a NativeFunction with no fn")
+                self._native = made
+                self.fn, self.ctx = ffi.cast("bl_coprocessor_fn", made.fn), ffi.cast("void *", made.ctx)
+                return
+            self._handle = ffi.new_handle(made)  # keeps the callable reachable from C
             self.fn, self.ctx = lib.bl_py_coprocessor_fn, self._handle
             return
         self.fn = load_symbol(function.library, function.symbol)
@@ -85,6 +93,9 @@ class BoundFunction:
 
     def close(self) -> None:
         """Free the native context (idempotent)."""
+        native, self._native = self._native, None
+        if native is not None and native.close is not None:
+            native.close()
         if self._fini is not None and self.ctx != ffi.NULL:
             self._fini(self.ctx)
         self._fini, self.ctx = None, ffi.NULL

@@ -9,9 +9,11 @@ Every function has one native signature (``bl_coprocessor_fn`` in ``backline.h``
 A function is either a symbol in a shared library (the fast path), optionally with
 an ``init_symbol`` that builds ``ctx`` from ``context`` bytes once, or a plain
 Python callable ``fn(decoder_id: int, payload: bytes) -> bytes`` (the slow path: every
-message takes the GIL). A Python function with state another process must rebuild is a
-module-level ``python_init(context: bytes) -> fn``, called once where the function is bound,
-as a native ``init_symbol`` is.
+message takes the GIL). A function with state another process must rebuild is a
+module-level ``python_init(context: bytes)``, called once where the function is bound, as a
+native ``init_symbol`` is: it returns the Python callable, or a :class:`NativeFunction` (a
+native ``bl_coprocessor_fn`` and its context that Python put together, e.g. a native function
+that calls other bound functions), which then runs without the GIL.
 
 >>> from backline_core import CoprocessorFunction
 >>> f = CoprocessorFunction(name="double", python=lambda d, p: bytes(2 * b % 256 for b in p))
@@ -31,6 +33,20 @@ from ._errors import PlacementError
 
 #: decoder_id must be below this (the size of a session's dispatch table; BL_MAX_DECODERS).
 MAX_DECODERS: int = lib.BL_MAX_DECODERS
+
+
+@dataclass(frozen=True, eq=False)
+class NativeFunction:
+    """What a ``python_init`` may return instead of a callable: a native function and its context.
+
+    ``fn`` and ``ctx`` are addresses (ints) of a ``bl_coprocessor_fn`` and of its context;
+    ``keep`` holds whatever they need alive; ``close()`` (if given) frees them once the
+    function is unbound."""
+
+    fn: int
+    ctx: int
+    keep: Any = None
+    close: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,13 +124,16 @@ class CoprocessorFunction:
         """True for the Python-callable slow path."""
         return self.python is not None or self.python_init is not None
 
-    def python_callable(self) -> Callable[[int, bytes], bytes]:
-        """The per-message Python callable (``python``, or what ``python_init`` builds from ``context``)."""
+    def python_callable(self) -> Callable[[int, bytes], bytes] | NativeFunction:
+        """The per-message Python callable (``python``, or what ``python_init`` builds from ``context``:
+        a callable or a :class:`NativeFunction`)."""
         if self.python is not None:
             return self.python
         if self.python_init is None:
             raise PlacementError(f"CoprocessorFunction {self.name!r} is native, not Python")
         fn = self.python_init(self.context)
+        if isinstance(fn, NativeFunction):
+            return fn
         if not callable(fn):
             raise PlacementError(f"CoprocessorFunction {self.name!r}: python_init returned {type(fn).__name__}, "
                                  "not a callable fn(decoder_id, payload) -> bytes")

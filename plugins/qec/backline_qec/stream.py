@@ -1,0 +1,211 @@
+"""``stream()``: a circuit's shots fed round by round to a decoder on a placement's coprocessor.
+
+Python prepares the shots, the plan and the placement; the controller's loop over every round
+of every shot is native (stream.c's ``qs_drive``), so nothing in Python runs per round. The
+same loop also runs the engine in this thread without a transport (``reference=True``): the
+difference is what the placement costs per window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import stim
+
+from backline_core import (BacklineError, Controller, Coprocessor, InvalidArgumentError, Placement, deploy,
+                           get_library)
+from .engine import Engine, engine_function, encode_plan
+from .native import ffi, lib
+from .windows import SlidingWindowDecoder
+
+#: the name of the coprocessor that decodes, where stream() makes the placement
+COPROCESSOR = "decoder"
+
+
+@dataclass
+class StreamResult:
+    """What a stream measured (docs/streaming.md, "What it reports"); :meth:`to_json` gives the report."""
+
+    shots: int
+    rounds: int
+    windows_per_shot: int
+    predictions: np.ndarray  # (shots, observables) 0/1
+    logical_errors: int | None
+    rtt_ns: np.ndarray  # (shots, rounds): each round's round trip
+    lag_ns: np.ndarray  # (shots, rounds): how late each round was sent after it was available
+    reaction_ns: np.ndarray  # (shots,)
+    window_rounds: np.ndarray  # the round that completes each window
+    commit_rounds: np.ndarray  # rounds each window commits
+    cycle_ns: int
+    placement: dict[str, Any]
+    decoder: dict[str, Any]
+    reference_rtt_ns: np.ndarray | None = None
+    wall_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def window_latency_ns(self) -> np.ndarray:
+        """Each window's round trip as the controller sees it, (shots, windows)."""
+        return self.rtt_ns[:, self.window_rounds]
+
+    @property
+    def ler(self) -> float | None:
+        return None if self.logical_errors is None else self.logical_errors / self.shots
+
+    def deadline_misses(self) -> int:
+        """Windows whose decode took longer than their commit rounds take to arrive (cycle > 0)."""
+        if not self.cycle_ns:
+            return 0
+        return int((self.window_latency_ns > self.commit_rounds[None, :] * self.cycle_ns).sum())
+
+    def sustainable_cycle_ns(self) -> float:
+        """The shortest cycle at which rounds are served as fast as they come, on average: a shot's
+        mean service time over its rounds (the backlog of a faster stream grows without bound)."""
+        return float(self.rtt_ns.sum(axis=1).mean() / self.rounds)
+
+    def ler_at_deadline(self, points: int = 24) -> list[list[float]]:
+        """[t_ns, P(reaction > t or a logical error)] on a log grid of t."""
+        wrong = np.zeros(self.shots, bool) if self.logical_errors is None else self._wrong
+        lo, hi = max(float(self.reaction_ns.min()), 1.0), max(float(self.reaction_ns.max()), 2.0)
+        grid = np.geomspace(lo, hi * 1.5, points)
+        return [[float(t), float(((self.reaction_ns > t) | wrong).mean())] for t in grid]
+
+    def to_json(self) -> dict[str, Any]:
+        lat = quantiles(self.window_latency_ns, "p50", "p90", "p99", "p999", "max")
+        react = quantiles(self.reaction_ns, "p50", "p99", "max")
+        pending = (np.floor(self.lag_ns / self.cycle_ns).astype(np.int64) + 1) if self.cycle_ns else None
+        out = {
+            "shots": self.shots, "rounds": self.rounds, "windows_per_shot": self.windows_per_shot,
+            "logical_errors": self.logical_errors, "ler": self.ler, "ler_ci95": _wilson(self.logical_errors, self.shots),
+            "latency_ns": lat, "reaction_ns": react,
+            "backlog": {"max_pending_rounds": int(pending.max()) if pending is not None else None,
+                        "final_drain_ns": int(self.reaction_ns[-1])},
+            "deadline_misses": self.deadline_misses(),
+            "sustainable_cycle_ns": self.sustainable_cycle_ns(),
+            "ler_at_deadline": self.ler_at_deadline(),
+            "cycle_ns": self.cycle_ns, "placement": self.placement, "decoder": self.decoder, "wall_s": self.wall_s,
+        }
+        if self.reference_rtt_ns is not None:
+            ref = quantiles(self.reference_rtt_ns[:, self.window_rounds], "p50", "p99")
+            out["reference_latency_ns"] = ref
+            out["framework_overhead_ns"] = {"p50": lat["p50"] - ref["p50"]}
+        out.update(self.extra)
+        return out
+
+    _wrong: np.ndarray = field(default_factory=lambda: np.zeros(0, bool), repr=False)
+
+
+_QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9, "max": 100.0}
+
+
+def quantiles(values: Any, *keys: str) -> dict[str, float]:
+    """The named quantiles of ``values`` (``p50``, ``p90``, ``p99``, ``p999``, ``max``), in their unit."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if x.size == 0:
+        return {k: float("nan") for k in keys}
+    return {k: float(v) for k, v in zip(keys, np.percentile(x, [_QUANTILES[k] for k in keys]))}
+
+
+def _wilson(errors: int | None, n: int) -> list[float] | None:
+    if errors is None or n == 0:
+        return None
+    z, p = 1.959963984540054, errors / n
+    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [max(0.0, centre - half), min(1.0, centre + half)]
+
+
+def _drive(sw: SlidingWindowDecoder, plan: bytes, dets: np.ndarray, cycle_ns: int, *, key: str | None,
+           engine: Engine | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    shots = len(dets)
+    ev = np.ascontiguousarray(dets, dtype=np.uint8)
+    pred = np.zeros((shots, (sw.num_observables + 7) // 8), dtype=np.uint8)
+    rtt = np.zeros((shots, sw.num_rounds), dtype=np.uint64)
+    lag = np.zeros((shots, sw.num_rounds), dtype=np.uint64)
+    reaction = np.zeros(shots, dtype=np.uint64)
+    err = ffi.new("char[]", 512)
+    rc = lib.qs_drive(get_library().encode(), key.encode() if key is not None else ffi.NULL,
+                      engine.ptr if engine is not None else ffi.NULL, plan, len(plan),
+                      ffi.from_buffer("uint8_t[]", ev), shots, cycle_ns, ffi.from_buffer("uint8_t[]", pred),
+                      ffi.from_buffer("uint64_t[]", rtt), ffi.from_buffer("uint64_t[]", lag),
+                      ffi.from_buffer("uint64_t[]", reaction), err, 512)
+    if rc != 0:
+        raise BacklineError(f"the stream stopped: {ffi.string(err).decode(errors='replace')}")
+    flips = np.unpackbits(pred, axis=1, count=sw.num_observables, bitorder="little")
+    return flips, rtt, lag, reaction
+
+
+def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int | None = None,
+           detectors: np.ndarray | None = None, observables: np.ndarray | None = None,
+           placement: Placement | None = None, transport: str = "memcpy", runs_in: str = "thread",
+           transport_args: dict[str, Any] | None = None, window: int | None = None, commit: int | None = None,
+           cycle_us: float = 0.0, reference: bool = True, **params: Any) -> StreamResult:
+    """Decode ``circuit``'s shots round by round with ``decoder`` on a coprocessor (see the module)."""
+    if not isinstance(circuit, stim.Circuit):
+        raise InvalidArgumentError(f"expected a stim.Circuit, not {type(circuit).__name__}")
+    if not isinstance(cycle_us, (int, float)) or isinstance(cycle_us, bool) or not 0 <= cycle_us <= 1e6:
+        raise InvalidArgumentError(f"cycle_us={cycle_us!r} must be a number of microseconds from 0 to 1e6 (0: as "
+                                   "fast as possible)")
+    sw = SlidingWindowDecoder(circuit, decoder, window=window, commit=commit, **params)
+    if detectors is None:
+        if not isinstance(shots, int) or isinstance(shots, bool) or shots < 1:
+            raise InvalidArgumentError(f"shots={shots!r} must be a positive int")
+        dets, obs = circuit.compile_detector_sampler(seed=seed).sample(shots, separate_observables=True)
+    else:
+        dets, obs = np.asarray(detectors), None if observables is None else np.asarray(observables)
+        if dets.ndim != 2 or dets.shape[1] != sw.num_detectors:
+            raise InvalidArgumentError(f"the detection events have shape {dets.shape}; the circuit has "
+                                       f"{sw.num_detectors} detectors a shot")
+        if obs is not None and obs.shape != (len(dets), sw.num_observables):
+            raise InvalidArgumentError(f"the observables have shape {obs.shape}; expected ({len(dets)}, "
+                                       f"{sw.num_observables})")
+    dets = dets.astype(np.uint8)
+    engine_fn = engine_function(sw)
+    if placement is None:
+        placement = Placement(controller=Controller(), transport=transport, coprocessors=[
+            Coprocessor(name=COPROCESSOR, coprocessor_fn=engine_fn, runs_in=runs_in,
+                        init_args=dict(transport_args or {}))])
+    else:
+        if len(placement.coprocessors) != 1:
+            raise InvalidArgumentError(f"the placement has {len(placement.coprocessors)} coprocessors; a stream "
+                                       "decodes on one")
+        placement = dataclasses.replace(placement, coprocessors=[
+            dataclasses.replace(placement.coprocessors[0], coprocessor_fn=engine_fn)])
+    plan = encode_plan(sw)
+    cycle_ns = int(round(cycle_us * 1000))
+    max_round = int(np.bincount(sw.rounds).max())
+    t0 = time.monotonic()
+    with deploy(placement, in_bytes=2 + (max_round + 7) // 8, out_bytes=(sw.num_observables + 7) // 8) as d:
+        session = d.session()
+        flips, rtt, lag, reaction = _drive(sw, plan, dets, cycle_ns, key=session.key, engine=None)
+    wall = time.monotonic() - t0
+    ref_rtt = None
+    if reference:  # the same windows decoded in this thread, no transport: what the placement adds
+        engine = Engine(plan, sw.decoders)
+        try:
+            ref_flips, ref_rtt, _, _ = _drive(sw, plan, dets, 0, key=None, engine=engine)
+        finally:
+            engine.close()
+        if not (ref_flips == flips).all():
+            raise BacklineError("the predictions over the placement differ from the same engine's in this process")
+    wrong = (flips != obs).any(axis=1) if obs is not None else np.zeros(len(dets), bool)
+    result = StreamResult(
+        shots=len(dets), rounds=sw.num_rounds, windows_per_shot=len(sw.windows), predictions=flips,
+        logical_errors=int(wrong.sum()) if obs is not None else None, rtt_ns=rtt, lag_ns=lag, reaction_ns=reaction,
+        window_rounds=np.array([m.window.end - 1 for m in sw.models]),
+        commit_rounds=np.array([m.window.commit_end - m.window.start for m in sw.models]), cycle_ns=cycle_ns,
+        placement=placement_description(placement), decoder={"name": decoder, "params": sw.params,
+                                                             "window": window, "commit": commit},
+        reference_rtt_ns=ref_rtt, wall_s=wall)
+    result._wrong = wrong
+    return result
+
+
+def placement_description(placement: Placement) -> dict[str, Any]:
+    node = placement.coprocessors[0]
+    return {"transport": placement.transport, "runs_in": node.runs_in, "init_args": dict(node.init_args),
+            "coprocessor": node.name}

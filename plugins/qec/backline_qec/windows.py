@@ -1,0 +1,195 @@
+"""Sliding windows over a circuit's rounds, and the detector error model of each window.
+
+A window covers rounds ``[start, end)``; the corrections of its commit region, the error
+mechanisms whose first detector lies in rounds ``[start, commit_end)``, are final. The next
+window starts at ``commit_end``. The last window commits everything; with no ``window`` the
+whole shot is one window (Dennis et al. 2002, section VI; docs/streaming.md).
+
+A window's DEM holds the detectors of its rounds, renumbered in round order, and the error
+mechanisms whose first detector lies in the window, cut off at its end. Its observables are
+what the controller needs back from the window, so that any decoder replying with
+``"observables"`` serves a window unchanged:
+
+- observable ``k < O``: the circuit's observable ``k``, carried by committed mechanisms only
+  (an uncommitted mechanism's observables are decided by a later window);
+- observable ``O + i``: the ``i``-th detector of rounds ``[commit_end, end)`` (the rounds the
+  next window sees again), carried by each committed mechanism that flips it -- so the reply
+  says which later detection events the committed correction flips.
+
+With the whole shot as one window the window's DEM is the circuit's, and a decoder decodes
+it exactly as it decodes the circuit's DEM offline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import stim
+
+from backline_core import InvalidArgumentError, plugins
+
+from .rounds import detector_rounds
+
+
+@dataclass(frozen=True)
+class Window:
+    """Rounds ``[start, end)`` are decoded; the mechanisms starting in ``[start, commit_end)`` are committed."""
+
+    start: int
+    end: int
+    commit_end: int
+
+    @property
+    def last(self) -> bool:
+        return self.commit_end == self.end
+
+
+def plan_windows(num_rounds: int, window: int | None = None, commit: int | None = None) -> tuple[Window, ...]:
+    """The windows over ``num_rounds`` rounds: ``window`` rounds each, advancing by ``commit``."""
+    if num_rounds < 1:
+        raise InvalidArgumentError("there are no rounds to decode")
+    if window is None and commit is None:
+        return (Window(0, num_rounds, num_rounds),)
+    if window is None or commit is None:
+        raise InvalidArgumentError("give --window and --commit together (in rounds), or neither for one window "
+                                   "over the whole shot")
+    for name, value in (("window", window), ("commit", commit)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InvalidArgumentError(f"{name}={value!r} must be a whole number of rounds, at least 1")
+    if commit > window:
+        raise InvalidArgumentError(f"commit={commit} is more than window={window}: a window commits at most the "
+                                   "rounds it decodes")
+    if commit == window and window < num_rounds:
+        raise InvalidArgumentError(f"commit={commit} equals window={window}: a window needs buffer rounds after its "
+                                   "commit region (commit < window), or one window over the whole shot")
+    windows: list[Window] = []
+    start = 0
+    while start + window < num_rounds:
+        windows.append(Window(start, start + window, start + commit))
+        start += commit
+    windows.append(Window(start, num_rounds, num_rounds))
+    return tuple(windows)
+
+
+@dataclass(frozen=True, eq=False)
+class WindowModel:
+    """A window's DEM and how its detectors and reply map onto the circuit's."""
+
+    window: Window
+    dem: stim.DetectorErrorModel
+    #: the circuit's detector of each of the window's detectors (its payload, in order)
+    detectors: np.ndarray
+    #: the circuit's detector of each reply bit after the observables
+    handed_on: np.ndarray
+    num_observables: int
+
+
+def _mechanisms(dem: stim.DetectorErrorModel) -> list[tuple[float, list[tuple[list[int], list[int]]]]]:
+    out = []
+    for inst in dem.flattened():
+        if inst.type != "error":
+            continue
+        p = float(inst.args_copy()[0])
+        parts: list[tuple[list[int], list[int]]] = [([], [])]
+        for t in inst.targets_copy():
+            if t.is_separator():
+                parts.append(([], []))
+            elif t.is_relative_detector_id():
+                parts[-1][0].append(t.val)
+            elif t.is_logical_observable_id():
+                parts[-1][1].append(t.val)
+        out.append((p, parts))
+    return out
+
+
+def window_model(dem: stim.DetectorErrorModel, rounds: np.ndarray, window: Window,
+                 mechanisms: Sequence[Any] | None = None) -> WindowModel:
+    """The DEM of ``window`` (see the module docstring); ``rounds`` gives each detector's round."""
+    rounds = np.asarray(rounds)
+    if rounds.shape != (dem.num_detectors,):
+        raise InvalidArgumentError(f"rounds has {rounds.size} entries but the DEM has {dem.num_detectors} detectors")
+    inside = np.flatnonzero((rounds >= window.start) & (rounds < window.end))
+    detectors = inside[np.argsort(rounds[inside], kind="stable")]
+    local = {int(d): i for i, d in enumerate(detectors)}
+    handed = [int(d) for d in detectors if rounds[d] >= window.commit_end]
+    pseudo = {d: i for i, d in enumerate(handed)}
+    num_obs = dem.num_observables
+    lines = []
+    for p, parts in mechanisms if mechanisms is not None else _mechanisms(dem):
+        if p <= 0:
+            continue
+        dets = [d for ds, _ in parts for d in ds]
+        first = min((int(rounds[d]) for d in dets), default=None)
+        if first is None:
+            belongs, committed = window.last, True  # undetectable: the last window owns it
+        else:
+            belongs, committed = window.start <= first < window.end, first < window.commit_end or window.last
+        if not belongs:
+            continue
+        text = []
+        for ds, os_ in parts:
+            kept = [local[d] for d in ds if d in local]
+            obs = sorted(os_) if committed else []
+            if committed:
+                obs += sorted(num_obs + pseudo[d] for d in ds if d in pseudo)
+            if kept or obs:
+                text.append(" ".join([*(f"D{k}" for k in kept), *(f"L{o}" for o in obs)]))
+        if text:
+            lines.append(f"error({p!r}) " + " ^ ".join(text))
+    # declare the last detector and observable, so the counts are the window's even where no error reaches them
+    if len(detectors):
+        lines.append(f"detector D{len(detectors) - 1}")
+    lines.append(f"logical_observable L{num_obs + len(handed) - 1}")
+    return WindowModel(window=window, dem=stim.DetectorErrorModel("\n".join(lines)), detectors=detectors,
+                       handed_on=np.asarray(handed, dtype=np.int64), num_observables=num_obs)
+
+
+class SlidingWindowDecoder:
+    """A circuit's shots decoded window by window with the installed decoder ``name``.
+
+    One decoder is built per distinct window DEM (the first, the bulk and the last window of
+    a memory experiment); :meth:`decode_batch` runs each window over every shot at once.
+    """
+
+    def __init__(self, circuit: stim.Circuit, name: str, *, window: int | None = None, commit: int | None = None,
+                 decompose_errors: bool = True, **params: Any) -> None:
+        self.rounds = detector_rounds(circuit)
+        self.num_rounds = int(self.rounds.max()) + 1
+        self.windows = plan_windows(self.num_rounds, window, commit)
+        if circuit.num_observables == 0:
+            raise InvalidArgumentError("the circuit has no observables (no OBSERVABLE_INCLUDE): there is no logical "
+                                       "outcome to predict")
+        self.dem = circuit.detector_error_model(decompose_errors=decompose_errors)
+        self.num_detectors, self.num_observables = self.dem.num_detectors, self.dem.num_observables
+        record = plugins.get("decoder", name)
+        #: the decoder's parameters, checked, with its defaults
+        self.params = record.check_params(params)
+        mechanisms = _mechanisms(self.dem)
+        self.models = [window_model(self.dem, self.rounds, w, mechanisms) for w in self.windows]
+        #: window index -> index of its decoder in :attr:`decoders` (one per distinct window DEM)
+        self.shape: list[int] = []
+        self.decoders: list[Any] = []
+        seen: dict[str, int] = {}
+        for model in self.models:
+            key = str(model.dem)
+            if key not in seen:
+                seen[key] = len(self.decoders)
+                self.decoders.append(record.build_from_dem(model.dem, **params))
+            self.shape.append(seen[key])
+
+    def decode_batch(self, detection_events: Any) -> np.ndarray:
+        """(shots, detectors) 0/1 -> (shots, observables) predicted flips."""
+        dets = np.asarray(detection_events)
+        if dets.ndim != 2 or dets.shape[1] != self.num_detectors:
+            raise InvalidArgumentError(f"detection events must have shape (shots, {self.num_detectors}), got "
+                                       f"{dets.shape}")
+        work = dets.astype(np.uint8, copy=True)
+        predicted = np.zeros((len(work), self.num_observables), dtype=np.uint8)
+        for model, shape in zip(self.models, self.shape):
+            reply = self.decoders[shape].decode_batch(work[:, model.detectors])
+            predicted ^= reply[:, :self.num_observables]
+            work[:, model.handed_on] ^= reply[:, self.num_observables:]
+        return predicted
