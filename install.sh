@@ -56,6 +56,7 @@ if [ "$dev" = 1 ]; then
   .venv/bin/pip install --no-build-isolation -e 'plugins/transport-fpga[test]'
   .venv/bin/pip install -e 'compiler[frontend,test]'
   .venv/bin/pip install -e plugins/device-stim -e 'plugins/executor-orc[test]'
+  .venv/bin/pip install --no-build-isolation -e 'plugins/qec[test]'
   # The CPU build of torch (pinned: newer releases pull a multi-GB CUDA build); Triton
   # kernels are tested under TRITON_INTERPRET=1 on CPU tensors.
   .venv/bin/pip install torch==2.13.0 triton
@@ -66,4 +67,5 @@ else
   .venv/bin/pip install --no-build-isolation -e plugins/transport-fpga
   .venv/bin/pip install -e 'compiler[frontend]'
   .venv/bin/pip install -e plugins/device-stim -e plugins/executor-orc
+  .venv/bin/pip install --no-build-isolation -e plugins/qec
 fi

@@ -17,14 +17,17 @@ from typing import Any
 import numpy as np
 import stim
 
-from backline_core import (BacklineError, Controller, Coprocessor, InvalidArgumentError, Placement, deploy,
-                           get_library)
+from backline_core import (BacklineError, Controller, Coprocessor, Endpoint, InvalidArgumentError, Placement, deploy,
+                           get_library, plugins)
+from backline_core.sdk import free_port
 from .engine import Engine, engine_function, encode_plan
 from .native import ffi, lib
 from .windows import SlidingWindowDecoder
 
 #: the name of the coprocessor that decodes, where stream() makes the placement
 COPROCESSOR = "decoder"
+#: where a networked transport's coprocessor listens when stream() makes the placement
+LOOPBACK = "127.0.0.1"
 
 
 @dataclass
@@ -166,8 +169,11 @@ def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int 
     dets = dets.astype(np.uint8)
     engine_fn = engine_function(sw)
     if placement is None:
+        endpoint = None
+        if plugins.transport_backend(transport, "cpu", "coprocessor").needs_endpoint:
+            endpoint = Endpoint(host=LOOPBACK, port=free_port(LOOPBACK))  # a networked transport, on this host
         placement = Placement(controller=Controller(), transport=transport, coprocessors=[
-            Coprocessor(name=COPROCESSOR, coprocessor_fn=engine_fn, runs_in=runs_in,
+            Coprocessor(name=COPROCESSOR, coprocessor_fn=engine_fn, runs_in=runs_in, endpoint=endpoint,
                         init_args=dict(transport_args or {}))])
     else:
         if len(placement.coprocessors) != 1:

@@ -1,0 +1,187 @@
+"""``backline qec``: QEC workloads.
+
+    backline qec stream CIRCUIT.stim --decoder NAME [--decoder-param K=V]...
+        [--shots N --seed S | --detectors FILE.b8 [--observables FILE.b8]]
+        [--transport T --runs-in R [--transport-arg K=V]... | --placement FILE.json]
+        [--window W --commit C] [--cycle-us T]
+        [--predictions FILE.b8] [--json FILE] [--plot FILE.png]
+
+Each round of each shot goes to the placement's coprocessor once (docs/streaming.md); a short
+summary goes to stdout. Errors are one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from backline_core import BacklineError, InvalidArgumentError
+from backline_core.sdk import Parser, read_input_file, read_input_text, run_command
+
+#: the largest circuit, placement or b8 file read
+MAX_CIRCUIT_BYTES = 64 << 20
+MAX_B8_BYTES = 1 << 30
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def read_circuit(path: str) -> Any:
+    import stim
+
+    text = read_input_text(path, what="the circuit", limit=MAX_CIRCUIT_BYTES)
+    try:
+        return stim.Circuit(text)
+    except ValueError as exc:
+        raise BacklineError(f"{path}: not a stim circuit: {str(exc).splitlines()[0]}") from None
+
+
+def read_b8(path: str, width: int, what: str) -> np.ndarray:
+    """stim's b8 shot data (each shot ``ceil(width / 8)`` bytes, bit-packed LSB first) as (shots, width) 0/1."""
+    data = read_input_file(path, what=what, limit=MAX_B8_BYTES)
+    per_shot = (width + 7) // 8
+    if per_shot == 0 or len(data) % per_shot:
+        raise BacklineError(f"{what} {path}: {len(data)} bytes is not a whole number of shots of {width} bits "
+                            f"({per_shot} bytes each): is it b8 data of this circuit?")
+    rows = np.frombuffer(data, dtype=np.uint8).reshape(-1, per_shot)
+    return np.unpackbits(rows, axis=1, count=width, bitorder="little")
+
+
+def write_b8(path: str, bits: np.ndarray) -> None:
+    with open(path, "wb") as fh:
+        fh.write(np.packbits(np.asarray(bits, dtype=np.uint8), axis=1, bitorder="little").tobytes())
+
+
+def summary_text(report: dict[str, Any]) -> str:
+    lat, react = report["latency_ns"], report["reaction_ns"]
+    ler = "n/a (no observables given)" if report["ler"] is None else (
+        f"{report['ler']:.4g} ({report['logical_errors']} of {report['shots']}; 95% CI "
+        f"{report['ler_ci95'][0]:.3g}-{report['ler_ci95'][1]:.3g})")
+    lines = [
+        f"decoder {report['decoder']['name']} over {report['placement']['transport']} "
+        f"({report['placement']['runs_in']}): {report['shots']} shots x {report['rounds']} rounds, "
+        f"{report['windows_per_shot']} windows a shot",
+        f"logical error rate {ler}",
+        f"window latency p50 {lat['p50'] / 1e3:.3f} us, p99 {lat['p99'] / 1e3:.3f} us, max {lat['max'] / 1e3:.3f} us",
+        f"reaction time p50 {react['p50'] / 1e3:.3f} us, p99 {react['p99'] / 1e3:.3f} us",
+        f"sustainable cycle {report['sustainable_cycle_ns'] / 1e3:.3f} us; deadline misses "
+        f"{report['deadline_misses']}; max pending rounds {report['backlog']['max_pending_rounds']}",
+    ]
+    if "framework_overhead_ns" in report:
+        lines.append(f"framework per window {report['framework_overhead_ns']['p50'] / 1e3:.3f} us over the decoder "
+                     f"in process ({report['reference_latency_ns']['p50'] / 1e3:.3f} us)")
+    return "\n".join(lines)
+
+
+def plot(result: Any, path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise BacklineError("--plot needs matplotlib: pip install 'backline-core[plot]'") from None
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    lat = np.sort(result.window_latency_ns.ravel()) / 1e3
+    axes[0].loglog(lat, 1.0 - np.arange(len(lat)) / len(lat))
+    axes[0].set(xlabel="window latency (us)", ylabel="P(latency > x)", title="latency CCDF")
+    if result.cycle_ns:
+        pending = np.floor(result.lag_ns.ravel() / result.cycle_ns) + 1
+        axes[1].plot(pending)
+        axes[1].set(xlabel="round sent", ylabel="rounds pending", title=f"backlog at {result.cycle_ns / 1e3:g} us cycle")
+    else:
+        axes[1].text(0.5, 0.5, "no pacing (--cycle-us 0)", ha="center", va="center")
+        axes[1].set(title="backlog")
+    t, p = zip(*result.ler_at_deadline())
+    axes[2].semilogx(np.array(t) / 1e3, p)
+    axes[2].set(xlabel="deadline t (us)", ylabel="P(reaction > t or logical error)", title="LER(t)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _cmd_stream(args: argparse.Namespace) -> int:
+    from backline_core import Placement
+
+    from .stream import stream
+
+    circuit = read_circuit(args.circuit)
+    params = dict(args.decoder_param)
+    placement = None
+    if args.placement:
+        if args.transport_arg or args.transport_given or args.runs_in_given:
+            raise InvalidArgumentError("--placement names the transport and where the coprocessor runs; leave out "
+                                       "--transport, --runs-in and --transport-arg")
+        placement = Placement.from_json(read_input_text(args.placement, what="--placement",
+                                                        limit=MAX_CIRCUIT_BYTES))
+    detectors = observables = None
+    if args.detectors:
+        detectors = read_b8(args.detectors, circuit.num_detectors, "--detectors")
+        if args.observables:
+            observables = read_b8(args.observables, circuit.num_observables, "--observables")
+            if len(observables) != len(detectors):
+                raise InvalidArgumentError(f"--observables holds {len(observables)} shots but --detectors "
+                                           f"{len(detectors)}")
+    elif args.observables:
+        raise InvalidArgumentError("--observables goes with --detectors (sampled shots carry their own)")
+    result = stream(circuit, args.decoder, shots=args.shots, seed=args.seed, detectors=detectors,
+                    observables=observables, placement=placement, transport=args.transport, runs_in=args.runs_in,
+                    transport_args=dict(args.transport_arg), window=args.window, commit=args.commit,
+                    cycle_us=args.cycle_us, **params)
+    report = result.to_json()
+    if args.predictions:
+        write_b8(args.predictions, result.predictions)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=2)
+    if args.plot:
+        plot(result, args.plot)
+    print(summary_text(report))
+    return 0
+
+
+class _Given(argparse.Action):
+    """Stores the value and notes that the option was given (a default is not a choice)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace, value: Any, option: Any = None) -> None:
+        setattr(ns, self.dest, value)
+        setattr(ns, f"{self.dest}_given", True)
+
+
+def parser() -> Parser:
+    p = Parser(prog="backline qec", description="QEC workloads over a placement.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    s = sub.add_parser("stream", help="decode a circuit's shots round by round on a coprocessor")
+    s.add_argument("circuit", help="a stim circuit file (.stim) whose detectors carry their round as last coordinate")
+    s.add_argument("--decoder", required=True, help="an installed decoder that builds from a DEM (backline plugins)")
+    s.add_argument("--decoder-param", type=_key_value, action="append", default=[], metavar="K=V")
+    s.add_argument("--shots", type=int, default=1000, help="shots sampled with stim (default 1000)")
+    s.add_argument("--seed", type=int, default=None)
+    s.add_argument("--detectors", help="detection events in stim's b8 format instead of sampling")
+    s.add_argument("--observables", help="their observable flips (b8), for the logical error rate")
+    s.add_argument("--transport", default="memcpy", action=_Given)
+    s.add_argument("--runs-in", default="thread", action=_Given)
+    s.add_argument("--transport-arg", type=_key_value, action="append", default=[], metavar="K=V")
+    s.add_argument("--placement", help="a placement JSON (Placement.to_json) with one coprocessor")
+    s.add_argument("--window", type=int, help="rounds a window decodes (default: the whole shot)")
+    s.add_argument("--commit", type=int, help="rounds a window commits (with --window)")
+    s.add_argument("--cycle-us", type=float, default=0.0, help="a round every T us (default 0: as fast as possible)")
+    s.add_argument("--predictions", help="write the predicted observable flips (b8)")
+    s.add_argument("--json", help="write the report (JSON)")
+    s.add_argument("--plot", help="write latency CCDF, backlog and LER(t) (PNG)")
+    s.set_defaults(func=_cmd_stream, transport_given=False, runs_in_given=False)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``backline qec ARGS``."""
+    return run_command(parser(), sys.argv[1:] if argv is None else argv)

@@ -1,0 +1,19 @@
+"""Entry point: the ``backline qec`` command (``backline qec stream``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backline_core import Command, hookimpl
+
+
+def _command() -> Any:
+    from .cli import main
+
+    return main
+
+
+@hookimpl
+def backline_commands() -> list[Command]:
+    return [Command(name="qec", summary="QEC workloads: stream a circuit's rounds to a decoder (backline qec stream)",
+                    load=_command)]

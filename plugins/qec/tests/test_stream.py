@@ -1,0 +1,172 @@
+"""Streaming: each round fed once to the engine on a coprocessor; the same predictions as the
+window decoder offline, on every placement here; the engine's refusals; the command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import stim
+
+from backline_core import BoundFunction, InvalidArgumentError, plugins
+from backline_qec import SlidingWindowDecoder
+from backline_qec.engine import Engine, encode_plan, engine_function
+from backline_qec.stream import stream
+
+DEM_DECODERS = [n for n in plugins.names("decoder") if plugins.get("decoder", n).from_dem is not None]
+#: the decoders each test streams: the native ones and, where installed, a Python one
+STREAMED = [n for n in ("lut", "bposd", "pymatching") if n in DEM_DECODERS]
+
+
+def surface(d: int = 3, rounds: int = 6, p: float = 0.003) -> stim.Circuit:
+    return stim.Circuit.generated("surface_code:rotated_memory_z", distance=d, rounds=rounds,
+                                  after_clifford_depolarization=p, before_measure_flip_probability=p,
+                                  after_reset_flip_probability=p)
+
+
+@pytest.fixture(scope="module")
+def shots() -> tuple[np.ndarray, np.ndarray]:
+    dets, obs = surface().compile_detector_sampler(seed=8).sample(400, separate_observables=True)
+    return dets.astype(np.uint8), obs.astype(np.uint8)
+
+
+def places() -> list[tuple[str, str, dict[str, str]]]:
+    out = [("memcpy", "thread", {}), ("memcpy", "process", {})]
+    if "ucx" in plugins.names("transport"):
+        out.append(("ucx", "process", {"tls": "shm"}))
+    return out
+
+
+@pytest.mark.parametrize("name", STREAMED)
+@pytest.mark.parametrize("transport, runs_in, args", places(), ids=lambda v: v if isinstance(v, str) else "")
+def test_the_stream_predicts_what_the_window_decoder_does_offline(name: str, transport: str, runs_in: str,
+                                                                 args: dict[str, str],
+                                                                 shots: tuple[np.ndarray, np.ndarray]) -> None:
+    dets, obs = shots
+    offline = SlidingWindowDecoder(surface(), name, window=4, commit=2).decode_batch(dets)
+    result = stream(surface(), name, detectors=dets, observables=obs, transport=transport, runs_in=runs_in,
+                    transport_args=args, window=4, commit=2)
+    assert (result.predictions == offline).all()
+    assert result.logical_errors == int((offline != obs).any(axis=1).sum())
+    report = result.to_json()
+    assert report["shots"] == 400 and report["windows_per_shot"] == 3 and report["rounds"] == 7
+    assert set(report["latency_ns"]) == {"p50", "p90", "p99", "p999", "max"}
+    assert report["placement"] == {"transport": transport, "runs_in": runs_in, "init_args": args,
+                                   "coprocessor": "decoder"}
+    json.dumps(report)
+
+
+def test_the_whole_shot_as_one_window_equals_the_decoder_offline(shots: tuple[np.ndarray, np.ndarray]) -> None:
+    dets, _ = shots
+    for name in STREAMED:
+        offline = plugins.get("decoder", name).build_from_dem(surface().detector_error_model(decompose_errors=True))
+        assert (stream(surface(), name, detectors=dets).predictions == offline.decode_batch(dets)).all(), name
+
+
+def test_a_paced_stream_reports_its_backlog_and_deadlines(shots: tuple[np.ndarray, np.ndarray]) -> None:
+    result = stream(surface(), "lut", detectors=shots[0][:100], window=4, commit=2, cycle_us=1000.0,
+                    reference=False)
+    report = result.to_json()
+    assert report["cycle_ns"] == 1_000_000 and report["backlog"]["max_pending_rounds"] >= 1
+    assert 0 <= report["deadline_misses"] <= 300 and report["sustainable_cycle_ns"] > 0
+    # a 1 ns cycle: no window is decoded within its two rounds
+    fast = stream(surface(), "lut", detectors=shots[0][:20], window=4, commit=2, cycle_us=0.001, reference=False)
+    assert fast.to_json()["deadline_misses"] == 20 * 3
+    t, p = zip(*report["ler_at_deadline"])
+    assert list(t) == sorted(t) and list(p) == sorted(p, reverse=True)
+
+
+def _engine(name: str = "lut") -> tuple[Engine, SlidingWindowDecoder]:
+    sw = SlidingWindowDecoder(surface(), name, window=4, commit=2)
+    return Engine(encode_plan(sw), sw.decoders), sw
+
+
+def test_the_engine_refuses_rounds_out_of_order_and_the_wrong_decoder_id() -> None:
+    sw = SlidingWindowDecoder(surface(), "lut", window=4, commit=2)
+    fn = engine_function(sw)
+    store = len(sw.decoders)
+    with BoundFunction(fn) as engine:
+        round0 = bytes([0, 0]) + bytes(1)
+        assert engine(store, round0) == b"\0"
+        with pytest.raises(Exception, match="returned 2"):  # round 2 before round 1: QS_EORDER
+            engine(store, bytes([2, 0]) + bytes(1))
+        assert engine(store, round0) == b"\0"  # round 0 starts a shot again
+        with pytest.raises(Exception, match="returned 2"):  # round 1 does not complete a window
+            engine(0, bytes([1, 0]) + bytes(1))
+        with pytest.raises(Exception, match="returned 1"):  # a round of the wrong width: QS_EPAYLOAD
+            engine(store, bytes([0, 0]) + bytes(5))
+        with pytest.raises(Exception, match="returned 1"):
+            engine(store, b"\0")
+
+
+def test_a_malformed_plan_is_refused() -> None:
+    sw = SlidingWindowDecoder(surface(), "lut", window=4, commit=2)
+    plan = encode_plan(sw)
+    for bad in (plan[:20], b"XXXX" + plan[4:], plan[:-4]):
+        with pytest.raises(InvalidArgumentError, match="refused its plan"):
+            Engine(bad, sw.decoders)
+    with pytest.raises(InvalidArgumentError, match="decoders were given"):
+        Engine(plan, sw.decoders[:1])
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    ({"window": 4}, "together"),
+    ({"cycle_us": -1}, "cycle_us=-1"),
+    ({"detectors": np.zeros((3, 5), np.uint8)}, "the circuit has 48 detectors"),
+    ({"shots": 0}, "shots=0"),
+    ({"no_such": 1}, "unknown parameter 'no_such'"),
+])
+def test_bad_input_is_one_clear_error(kwargs: dict, says: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=says):
+        stream(surface(), "lut", **kwargs)
+
+
+def _backline(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-P", "-m", "backline_core", *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+
+
+def test_the_command_writes_predictions_a_report_and_a_plot(tmp_path: Path,
+                                                            shots: tuple[np.ndarray, np.ndarray]) -> None:
+    (tmp_path / "c.stim").write_text(str(surface()))
+    dets, obs = shots
+    (tmp_path / "d.b8").write_bytes(np.packbits(dets, axis=1, bitorder="little").tobytes())
+    (tmp_path / "o.b8").write_bytes(np.packbits(obs, axis=1, bitorder="little").tobytes())
+    proc = _backline("qec", "stream", "c.stim", "--decoder", "lut", "--detectors", "d.b8", "--observables", "o.b8",
+                     "--window", "4", "--commit", "2", "--predictions", "p.b8", "--json", "r.json", "--plot", "r.png",
+                     cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "logical error rate" in proc.stdout and "reaction time" in proc.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    offline = SlidingWindowDecoder(surface(), "lut", window=4, commit=2).decode_batch(dets)
+    predicted = np.unpackbits(np.frombuffer((tmp_path / "p.b8").read_bytes(), np.uint8).reshape(-1, 1), axis=1,
+                              count=1, bitorder="little")
+    assert (predicted == offline).all() and report["logical_errors"] == int((offline != obs).any(axis=1).sum())
+    assert (tmp_path / "r.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args, says", [
+    (["nosuch.stim", "--decoder", "lut"], "no such file"),
+    (["c.stim", "--decoder", "steane"], "does not build from a detector error model"),
+    (["c.stim", "--decoder", "lut", "--window", "3", "--commit", "5"], "commit=5 is more than window=3"),
+    (["c.stim", "--decoder", "lut", "--detectors", "odd.b8"], "not a whole number of shots"),
+    (["c.stim", "--decoder", "lut", "--observables", "odd.b8"], "--observables goes with --detectors"),
+    (["c.stim", "--decoder", "lut", "--decoder-param", "depth"], "is not KEY=VALUE"),
+    (["c.stim", "--decoder", "lut", "--transport", "nosuch"], "nosuch"),
+    (["bad.stim", "--decoder", "lut"], "not a stim circuit"),
+    (["nocoords.stim", "--decoder", "lut"], "has no coordinates"),
+])
+def test_command_errors_are_one_line_and_status_2(tmp_path: Path, args: list[str], says: str) -> None:
+    (tmp_path / "c.stim").write_text(str(surface()))
+    (tmp_path / "odd.b8").write_bytes(b"12345")
+    (tmp_path / "bad.stim").write_text("NOT_A_GATE 0\n")
+    (tmp_path / "nocoords.stim").write_text("X_ERROR(0.1) 0\nM 0\nDETECTOR rec[-1]\nOBSERVABLE_INCLUDE(0) rec[-1]\n")
+    proc = _backline("qec", "stream", *args, cwd=tmp_path)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert not [p for p in os.listdir(tmp_path) if p.endswith((".json", ".png"))]
