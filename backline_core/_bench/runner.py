@@ -215,7 +215,7 @@ def _run_here(cfg: BenchConfig, part: Any, function: CoprocessorFunction, init_a
         init_args["cpu"] = cfg.coprocessor_cpu
     endpoint = Endpoint(host=cfg.host, port=_free_port(cfg.host)) if part.needs_endpoint else None
     with contextlib.ExitStack() as stack:
-        executor = stack.enter_context(_local_executor()) if runs_in == "executor" else None
+        executor = stack.enter_context(local_executor()) if runs_in == "executor" else None
         name = f"bench-{os.getpid()}"
         placement = Placement(
             controller=Controller(name="bench-controller", init_args=dict(cfg.transport_args)),
@@ -294,8 +294,9 @@ class _StoppedProcess:
             self.paused = False
 
 
-def _local_executor() -> Any:
-    """An executor on this machine from the installed executor plugin (``--runs-in executor``)."""
+def local_executor() -> Any:
+    """An executor on this machine from the installed executor plugin (``--runs-in executor``); a
+    context manager."""
     names = plugins.names("executor")
     if not names:
         raise BacklineError("--runs-in executor needs an executor plugin: pip install backline-executor-orc")

@@ -54,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "zombie": "_process", "signal_name": "_process", "exit_on_stop_signals": "_process",
     "private_tempdir": "_process", "sweep_orphaned_tempdirs": "_process",
     # the bench and the floor kit
+    "local_executor": "_bench.runner",
     "BenchConfig": "_bench.config", "PEER_KEY": "_bench.config", "RoundRunner": "_bench.runner",
     "BenchResult": "_bench.report", "Series": "_bench.report", "format_report": "_bench.report",
     "PERCENTILES": "_bench.stats", "summary": "_bench.stats", "Progress": "_bench.progress",

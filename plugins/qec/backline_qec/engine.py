@@ -1,7 +1,7 @@
 """The coprocessor's side of streamed decoding: the plan both sides read, and the engine function.
 
-The engine is one :class:`~backline_core.CoprocessorFunction` bound to decoder ids
-``0 .. shapes`` (one per window shape, and ``shapes`` for a round that completes no window).
+The engine is one :class:`~backline_core.CoprocessorFunction` on decoder id 0; it selects
+each window's decoder by the window's shape, as the plan says.
 It is rebuilt where the coprocessor runs from its context -- the plan and each window
 decoder's description -- by :func:`engine_init`, which binds the window decoders there and
 hands the native engine to the session (a :class:`~backline_core.NativeFunction`): rounds
@@ -19,7 +19,7 @@ import numpy as np
 
 from backline_core import BoundFunction, CoprocessorFunction, InvalidArgumentError, NativeFunction
 
-from .native import ffi, last_error, lib
+from .native import LIBRARY, ffi, last_error, lib
 from .windows import SlidingWindowDecoder
 
 #: the engine's context: u32 plan bytes | plan | JSON of the window decoders' descriptions
@@ -50,12 +50,34 @@ def encode_plan(sw: SlidingWindowDecoder) -> bytes:
 
 
 def engine_function(sw: SlidingWindowDecoder) -> CoprocessorFunction:
-    """The engine for ``sw`` as a coprocessor function (decoder ids 0 .. number of shapes)."""
+    """The engine for ``sw`` as a coprocessor function (decoder id 0).
+
+    With native window decoders it is native through and through (``qs_engine_init`` dlopens
+    them where it runs, so an executor can run it); with a Python one, :func:`engine_init`
+    builds it in the coprocessor's process."""
     plan = encode_plan(sw)
+    ids = (0,)
+    if all(not d.is_python for d in sw.decoders):
+        return CoprocessorFunction(name="qec-stream", library=LIBRARY, symbol="qs_engine_fn",
+                                   init_symbol="qs_engine_init", fini_symbol="qs_engine_fini", decoder_ids=ids,
+                                   context=native_context(plan, sw.decoders), reply_bits=sw.num_observables)
     described = json.dumps([d.to_dict() for d in sw.decoders], separators=(",", ":")).encode()
-    return CoprocessorFunction(name="qec-stream", python_init=engine_init, decoder_ids=tuple(range(len(sw.decoders) + 1)),
+    return CoprocessorFunction(name="qec-stream", python_init=engine_init, decoder_ids=ids,
                                context=_CONTEXT_HEADER.pack(len(plan)) + plan + described,
                                reply_bits=sw.num_observables)
+
+
+def native_context(plan: bytes, decoders: Sequence[CoprocessorFunction]) -> bytes:
+    """``qs_engine_init``'s context (stream.h): the plan, then each window decoder's library,
+    symbol, init and fini symbols and context."""
+    def field(data: bytes) -> bytes:
+        return struct.pack("<I", len(data)) + data
+
+    parts = [struct.pack("<I", len(plan)), plan, bytes(-len(plan) % 4), struct.pack("<I", len(decoders))]
+    for d in decoders:
+        parts += [field(str(d.library).encode()), field(str(d.symbol).encode()),
+                  field((d.init_symbol or "").encode()), field((d.fini_symbol or "").encode()), field(d.context)]
+    return b"".join(parts)
 
 
 def split_context(context: bytes) -> tuple[bytes, list[dict[str, Any]]]:

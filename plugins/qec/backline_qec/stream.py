@@ -8,6 +8,7 @@ difference is what the placement costs per window.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -19,7 +20,7 @@ import stim
 
 from backline_core import (BacklineError, Controller, Coprocessor, Endpoint, InvalidArgumentError, Placement, deploy,
                            get_library, plugins)
-from backline_core.sdk import free_port
+from backline_core.sdk import free_port, local_executor
 from .engine import Engine, engine_function, encode_plan
 from .native import ffi, lib
 from .windows import SlidingWindowDecoder
@@ -168,13 +169,18 @@ def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int 
                                        f"{sw.num_observables})")
     dets = dets.astype(np.uint8)
     engine_fn = engine_function(sw)
+    stack = contextlib.ExitStack()
     if placement is None:
         endpoint = None
         if plugins.transport_backend(transport, "cpu", "coprocessor").needs_endpoint:
             endpoint = Endpoint(host=LOOPBACK, port=free_port(LOOPBACK))  # a networked transport, on this host
+        if runs_in == "executor" and engine_fn.is_python:
+            raise InvalidArgumentError(f"decoder {decoder!r} runs in Python, and an executor runs native code only: "
+                                       "choose a native decoder (lut, bposd) or another place (thread, process)")
+        executor = stack.enter_context(local_executor()) if runs_in == "executor" else None
         placement = Placement(controller=Controller(), transport=transport, coprocessors=[
             Coprocessor(name=COPROCESSOR, coprocessor_fn=engine_fn, runs_in=runs_in, endpoint=endpoint,
-                        init_args=dict(transport_args or {}))])
+                        executor=executor, init_args=dict(transport_args or {}))])
     else:
         if len(placement.coprocessors) != 1:
             raise InvalidArgumentError(f"the placement has {len(placement.coprocessors)} coprocessors; a stream "
@@ -185,7 +191,7 @@ def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int 
     cycle_ns = int(round(cycle_us * 1000))
     max_round = int(np.bincount(sw.rounds).max())
     t0 = time.monotonic()
-    with deploy(placement, in_bytes=2 + (max_round + 7) // 8, out_bytes=(sw.num_observables + 7) // 8) as d:
+    with stack, deploy(placement, in_bytes=2 + (max_round + 7) // 8, out_bytes=(sw.num_observables + 7) // 8) as d:
         session = d.session()
         flips, rtt, lag, reaction = _drive(sw, plan, dets, cycle_ns, key=session.key, engine=None)
     wall = time.monotonic() - t0

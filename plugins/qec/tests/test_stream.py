@@ -37,9 +37,17 @@ def shots() -> tuple[np.ndarray, np.ndarray]:
 
 def places() -> list[tuple[str, str, dict[str, str]]]:
     out = [("memcpy", "thread", {}), ("memcpy", "process", {})]
+    if plugins.names("executor") and _importable("backline_compiler"):  # the executor runs compiled code
+        out.append(("memcpy", "executor", {}))
     if "ucx" in plugins.names("transport"):
         out.append(("ucx", "process", {"tls": "shm"}))
     return out
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
 
 
 @pytest.mark.parametrize("name", STREAMED)
@@ -89,19 +97,38 @@ def _engine(name: str = "lut") -> tuple[Engine, SlidingWindowDecoder]:
 def test_the_engine_refuses_rounds_out_of_order_and_the_wrong_decoder_id() -> None:
     sw = SlidingWindowDecoder(surface(), "lut", window=4, commit=2)
     fn = engine_function(sw)
-    store = len(sw.decoders)
+    assert fn.decoder_ids == (0,) and not fn.is_python  # native decoders: a native engine
     with BoundFunction(fn) as engine:
         round0 = bytes([0, 0]) + bytes(1)
-        assert engine(store, round0) == b"\0"
+        assert engine(0, round0) == b"\0"
         with pytest.raises(Exception, match="returned 2"):  # round 2 before round 1: QS_EORDER
-            engine(store, bytes([2, 0]) + bytes(1))
-        assert engine(store, round0) == b"\0"  # round 0 starts a shot again
-        with pytest.raises(Exception, match="returned 2"):  # round 1 does not complete a window
-            engine(0, bytes([1, 0]) + bytes(1))
+            engine(0, bytes([2, 0]) + bytes(1))
+        assert engine(0, round0) == b"\0"  # round 0 starts a shot again
+        with pytest.raises(Exception, match="returned 2"):  # another decoder id
+            engine(1, bytes([1, 0]) + bytes(1))
         with pytest.raises(Exception, match="returned 1"):  # a round of the wrong width: QS_EPAYLOAD
-            engine(store, bytes([0, 0]) + bytes(5))
+            engine(0, bytes([0, 0]) + bytes(5))
         with pytest.raises(Exception, match="returned 1"):
-            engine(store, b"\0")
+            engine(0, b"\0")
+
+
+def test_the_python_built_engine_answers_as_the_native_one(shots: tuple[np.ndarray, np.ndarray]) -> None:
+    from backline_core import CoprocessorFunction
+    from backline_qec.engine import engine_init
+
+    sw = SlidingWindowDecoder(surface(), "lut", window=4, commit=2)
+    native = engine_function(sw)
+    plan = encode_plan(sw)
+    described = json.dumps([d.to_dict() for d in sw.decoders]).encode()
+    python = CoprocessorFunction(name="qec-stream", python_init=engine_init,
+                                 context=len(plan).to_bytes(4, "little") + plan + described)
+    rounds = sw.rounds
+    with BoundFunction(native) as a, BoundFunction(python) as b:
+        for shot in shots[0][:50]:
+            for r in range(sw.num_rounds):
+                bits = np.packbits(shot[np.flatnonzero(rounds == r)], bitorder="little").tobytes()
+                msg = r.to_bytes(2, "little") + bits
+                assert a(0, msg) == b(0, msg)
 
 
 def test_a_malformed_plan_is_refused() -> None:

@@ -88,6 +88,9 @@ static int plan_parse(const uint8_t *blob, size_t len, plan_t *p) {
 
 struct qs_engine {
     plan_t p;
+    /* what qs_engine_init opened: each shape's library and finaliser (NULL when built from Python) */
+    void **libs;
+    void (**finis)(void *);
     uint32_t *blob; /* the plan, copied (aligned, owned) */
     qs_fn *fns;
     void **ctxs;
@@ -133,9 +136,95 @@ fail:
 
 void qs_engine_free(qs_engine *e) {
     if (!e) return;
+    for (uint32_t s = 0; e->libs && s < e->p.shapes; s++) {
+        if (e->finis && e->finis[s] && e->ctxs && e->ctxs[s]) e->finis[s](e->ctxs[s]);
+        if (e->libs[s]) dlclose(e->libs[s]);
+    }
+    free(e->libs), free(e->finis);
     free(e->blob), free(e->fns), free(e->ctxs), free(e->work), free(e->pred), free(e->payload), free(e->reply);
     free(e);
 }
+
+typedef int32_t (*init_fn)(const void *, size_t, void **);
+
+static int take_u32(const uint8_t **p, const uint8_t *end, uint32_t *v) {
+    if (end - *p < 4) return -1;
+    *v = (uint32_t)(*p)[0] | (uint32_t)(*p)[1] << 8 | (uint32_t)(*p)[2] << 16 | (uint32_t)(*p)[3] << 24;
+    *p += 4;
+    return 0;
+}
+
+/* a length-prefixed field, copied NUL-terminated into a fresh allocation */
+static char *take_text(const uint8_t **p, const uint8_t *end, uint32_t *n) {
+    if (take_u32(p, end, n) || (size_t)(end - *p) < *n) return NULL;
+    char *out = malloc((size_t)*n + 1u);
+    if (!out) return NULL;
+    memcpy(out, *p, *n);
+    out[*n] = 0;
+    *p += *n;
+    return out;
+}
+
+int32_t qs_engine_init(const void *params, size_t len, void **ctx) {
+    const uint8_t *p = params, *end = p + len;
+    uint32_t plan_len = 0, shapes = 0;
+    if (!p || !ctx || take_u32(&p, end, &plan_len) || (size_t)(end - p) < plan_len) {
+        set_err("the engine's context is truncated");
+        return BL_EINVAL;
+    }
+    const uint8_t *plan = p;
+    p += (plan_len + 3u) & ~3u;
+    if (p > end || take_u32(&p, end, &shapes) || !shapes || shapes > 255u) {
+        set_err("the engine's context names no window decoders");
+        return BL_EINVAL;
+    }
+    qs_fn fns[255] = {0};
+    void *ctxs[255] = {0}, *libs[255] = {0};
+    void (*finis[255])(void *) = {0};
+    int32_t rc = BL_EINVAL;
+    uint32_t s = 0;
+    for (; s < shapes; s++) {
+        uint32_t n[5] = {0};
+        char *f[5] = {0};
+        int ok = 1;
+        for (int i = 0; i < 5 && ok; i++) ok = (f[i] = take_text(&p, end, &n[i])) != NULL;
+        if (ok && (!n[0] || !n[1])) ok = 0, set_err("window decoder %u names no library or symbol", s);
+        else if (!ok) set_err("window decoder %u's description is truncated", s);
+        if (ok && !(libs[s] = dlopen(f[0], RTLD_NOW | RTLD_LOCAL))) ok = 0, set_err("window decoder %u: %s", s, dlerror());
+        if (ok && !(fns[s] = (qs_fn)dlsym(libs[s], f[1]))) ok = 0, set_err("window decoder %u: no symbol %s", s, f[1]);
+        if (ok && n[2]) {
+            init_fn init = (init_fn)dlsym(libs[s], f[2]);
+            if (!init || init(n[4] ? f[4] : NULL, n[4], &ctxs[s]) != 0)
+                ok = 0, set_err("window decoder %u: its init %s failed", s, f[2]);
+            if (ok && n[3] && !(finis[s] = (void (*)(void *))dlsym(libs[s], f[3])))
+                ok = 0, set_err("window decoder %u: no symbol %s", s, f[3]);
+        }
+        for (int i = 0; i < 5; i++) free(f[i]);
+        if (!ok) goto fail;
+    }
+    qs_engine *e = qs_engine_create(plan, plan_len, fns, ctxs, shapes);
+    if (!e) goto fail;
+    e->libs = calloc(shapes, sizeof *e->libs);
+    e->finis = calloc(shapes, sizeof *e->finis);
+    if (!e->libs || !e->finis) {
+        set_err("out of memory");
+        free(e->libs), free(e->finis), e->libs = NULL, e->finis = NULL;
+        qs_engine_free(e);
+        goto fail;
+    }
+    memcpy(e->libs, libs, shapes * sizeof *libs);
+    memcpy(e->finis, finis, shapes * sizeof *finis);
+    *ctx = e;
+    return 0;
+fail:
+    for (uint32_t i = 0; i <= s && i < shapes; i++) {
+        if (finis[i] && ctxs[i]) finis[i](ctxs[i]);
+        if (libs[i]) dlclose(libs[i]);
+    }
+    return rc;
+}
+
+void qs_engine_fini(void *ctx) { qs_engine_free(ctx); }
 
 static void reset_shot(qs_engine *e) {
     memset(e->work, 0, e->p.dets);
@@ -172,8 +261,8 @@ int32_t qs_engine_fn(void *ctx, uint32_t decoder_id, const uint8_t *in, uint32_t
     if (in_len != QS_ROUND_HEADER_BYTES + (n + 7u) / 8u) return QS_EPAYLOAD;
     if (r == 0) reset_shot(e); /* a new shot; one cut short before is dropped */
     const uint32_t *wk = p->window + 4u * e->next_window;
-    uint32_t expect = wk[1] == r + 1u ? wk[3] : p->shapes;
-    if (r != e->next_round || decoder_id != expect) {
+    uint32_t expect = wk[1] == r + 1u ? wk[3] : p->shapes; /* the window decoder this round runs, or none */
+    if (r != e->next_round || decoder_id != 0) {
         reset_shot(e);
         return QS_EORDER;
     }
@@ -266,7 +355,7 @@ int32_t qs_drive(const char *libbackline, const char *key, qs_engine *local, con
             memset(msg + QS_ROUND_HEADER_BYTES, 0, bytes);
             for (uint32_t i = 0; i < n; i++) msg[QS_ROUND_HEADER_BYTES + (i >> 3)] |= (uint8_t)(ev[rd[i]] << (i & 7u));
             const uint32_t *wk = p.window + 4u * k;
-            uint32_t id = wk[1] == r + 1u ? wk[3] : p.shapes;
+            int completes = wk[1] == r + 1u;
             if (cycle_ns) {  /* round r of this shot becomes available one cycle after the one before */
                 avail = t0 + (shot * p.rounds + r + 1u) * cycle_ns;
                 while (now_ns() < avail) __asm__ volatile("" ::: "memory");
@@ -274,8 +363,8 @@ int32_t qs_drive(const char *libbackline, const char *key, qs_engine *local, con
                 avail = ready;
             }
             uint64_t sent = now_ns();
-            int32_t rc = key ? round(s, msg, QS_ROUND_HEADER_BYTES + bytes, id, reply, reply_cap, &got)
-                             : qs_engine_fn(local, id, msg, QS_ROUND_HEADER_BYTES + bytes, reply, reply_cap, &got);
+            int32_t rc = key ? round(s, msg, QS_ROUND_HEADER_BYTES + bytes, 0, reply, reply_cap, &got)
+                             : qs_engine_fn(local, 0, msg, QS_ROUND_HEADER_BYTES + bytes, reply, reply_cap, &got);
             uint64_t back = now_ns();
             if (rc != 0) {
                 snprintf(err, err_len, "shot %llu round %u: %s (status %d)", (unsigned long long)shot, r,
@@ -290,7 +379,7 @@ int32_t qs_drive(const char *libbackline, const char *key, qs_engine *local, con
             rtt_ns[shot * p.rounds + r] = back - sent;
             lag_ns[shot * p.rounds + r] = sent - avail;
             ready = back;
-            if (id != p.shapes) k++;
+            if (completes) k++;
             if (r + 1u == p.rounds) {
                 reaction_ns[shot] = back - avail;
                 memcpy(predictions + shot * pred_bytes, reply, pred_bytes);

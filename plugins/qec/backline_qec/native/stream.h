@@ -5,11 +5,11 @@
  *
  *   u16 round (little-endian) | the round's detection events, bit-packed LSB first
  *
- * sent with decoder id = the shape (0 .. shapes-1) of the window the round completes, or
- * QS_STORE(shapes) = shapes when it completes none. The coprocessor's engine keeps the shot's
- * detection events; when a window's last round arrives it decodes the window with that
- * shape's decoder (any bl_coprocessor_fn replying R e: the window's observables, then the
- * handed-on detectors), accumulates the committed observable flips and applies the handed-on
+ * sent with decoder id 0 (one engine, one context: an executor builds a context per decoder id).
+ * The coprocessor's engine keeps the shot's detection events; when a window's last round
+ * arrives it decodes the window with the decoder of the window's shape (the plan says which: one
+ * decoder per distinct window, e.g. first, bulk, last; any bl_coprocessor_fn replying R e, the
+ * window's observables and then its handed-on detectors), accumulates the committed observable flips and applies the handed-on
  * detector flips to the later rounds. Every reply is the shot's committed observable flips so
  * far, bit-packed; after the last round, the shot's prediction.
  *
@@ -48,6 +48,12 @@ typedef int32_t (*qs_fn)(void *ctx, uint32_t decoder_id, const uint8_t *in, uint
 BL_API qs_engine *qs_engine_create(const uint8_t *plan, size_t plan_len, const qs_fn *fns, void *const *ctxs,
                             uint32_t shapes);
 BL_API void qs_engine_free(qs_engine *e);
+/* The engine as a native function with its own init (bl_fn_init / bl_fn_fini): the context is
+ *   u32 plan bytes | plan (padded to 4 bytes) | u32 shapes | per shape:
+ *   u32 length + bytes of each of library, symbol, init_symbol, fini_symbol (empty: none), context
+ * and each window decoder is dlopened and built where the engine is (a process, an executor). */
+BL_API int32_t qs_engine_init(const void *params, size_t len, void **ctx);
+BL_API void qs_engine_fini(void *ctx);
 /* The engine as a bl_coprocessor_fn (ctx = the engine). */
 BL_API int32_t qs_engine_fn(void *ctx, uint32_t decoder_id, const uint8_t *in, uint32_t in_len, uint8_t *out,
                      uint32_t out_cap, uint32_t *out_len);
