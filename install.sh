@@ -55,7 +55,8 @@ if [ "$dev" = 1 ]; then
   # built against the installed rdma plugin's verbs set-up (its setup.py imports it): after it
   .venv/bin/pip install --no-build-isolation -e 'plugins/transport-fpga[test]'
   .venv/bin/pip install -e 'compiler[frontend,test]'
-  .venv/bin/pip install -e plugins/device-stim -e 'plugins/executor-orc[test]'
+  .venv/bin/pip install -e plugins/device-stim -e 'plugins/executor-orc[test]' -e 'plugins/decoder-pymatching[test]' \
+    -e 'plugins/decoder-ldpc[test]'
   .venv/bin/pip install --no-build-isolation -e 'plugins/qec[test]'
   # The CPU build of torch (pinned: newer releases pull a multi-GB CUDA build); Triton
   # kernels are tested under TRITON_INTERPRET=1 on CPU tensors.
@@ -66,6 +67,6 @@ else
     -e plugins/transport-rdma -e plugins/transport-ucx
   .venv/bin/pip install --no-build-isolation -e plugins/transport-fpga
   .venv/bin/pip install -e 'compiler[frontend]'
-  .venv/bin/pip install -e plugins/device-stim -e plugins/executor-orc
+  .venv/bin/pip install -e plugins/device-stim -e plugins/executor-orc -e plugins/decoder-pymatching -e plugins/decoder-ldpc
   .venv/bin/pip install --no-build-isolation -e plugins/qec
 fi
