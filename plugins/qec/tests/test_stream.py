@@ -202,3 +202,20 @@ def test_command_errors_are_one_line_and_status_2(tmp_path: Path, args: list[str
     assert proc.returncode == 2 and says in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert not [p for p in os.listdir(tmp_path) if p.endswith((".json", ".png"))]
+
+
+#: docs/streaming.md's command, run as written
+DOC_COMMAND = "backline qec stream memory.stim --decoder pymatching --shots 2000 --seed 1 --window 6 --commit 3 --transport memcpy --runs-in process --cycle-us 2 --json report.json --plot report.png"  # noqa: E501
+
+
+def test_the_documented_command(tmp_path: Path) -> None:
+    if "pymatching" not in DEM_DECODERS:
+        pytest.skip("the command names pymatching, which is not installed")
+    (tmp_path / "memory.stim").write_text(str(surface(3, 9)))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run(["bash", "-c", DOC_COMMAND], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["shots"] == 2000 and report["cycle_ns"] == 2000 and report["windows_per_shot"] == 3
+    assert (tmp_path / "report.png").exists()
