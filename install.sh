@@ -50,7 +50,7 @@ python3 -m venv .venv
 .venv/bin/pip install -U pip setuptools wheel
 if [ "$dev" = 1 ]; then
   .venv/bin/pip install -e '.[plot,test]'
-  .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e 'plugins/decoder-bpod[test,sinter]' \
+  .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e 'plugins/decoder-bpod[test]' \
     -e 'plugins/decoder-lut[test]' -e 'plugins/transport-rdma[test]' -e 'plugins/transport-ucx[test]'
   # built against the installed rdma plugin's verbs set-up (its setup.py imports it): after it
   .venv/bin/pip install --no-build-isolation -e 'plugins/transport-fpga[test]'

@@ -15,10 +15,6 @@ __all__ = ["BpOsdDecoder", "BpOsdParams", "codes", "css_bp_decoder"]
 
 
 def __getattr__(name: str):  # optional dependencies load only when their names are used
-    if name in ("SinterBpOsdDecoder", "sinter_decoders"):
-        from . import sinter_adapter
-
-        return getattr(sinter_adapter, name)
     if name == "triton_decoder":
         from .triton_bp import triton_decoder
 

@@ -17,7 +17,7 @@ import numpy as np
 from backline_core import CoprocessorFunction
 
 from .native import LIBRARY, ffi, last_error, lib
-from .params import BpOsdParams, check_css, check_matrix, encode
+from .params import BpOsdParams, check_css, check_matrix, check_osd_order, encode
 
 _decode_bits = lib.bpod_decode_bits  # bound once: decode is called per shot
 
@@ -118,6 +118,8 @@ def css_bp_decoder(hx: Any, hz: Any, *, bp_method: str = "min_sum", max_iter: in
     params = BpOsdParams(bp_method=bp_method, max_iter=max_iter, ms_scaling_factor=ms_scaling_factor,
                          osd_method=osd_method, osd_order=osd_order, error_rate=error_rate,
                          channel_probs=None if channel_probs is None else tuple(np.asarray(channel_probs).ravel()))
+    for h, which in ((hx, "Hx"), (hz, "Hz")):
+        check_osd_order(h, params, f"{name} ({which})")
     if platform == "triton":
         from .triton_bp import css_triton_bp_decoder
 

@@ -115,3 +115,39 @@ def encode(matrices: Sequence[np.ndarray], params: BpOsdParams) -> bytes:
         parts.append(row_ptr.tobytes())
         parts.append(cols.astype("<u4").tobytes())
     return b"".join(parts)
+
+
+def check_osd_order(h: np.ndarray, params: BpOsdParams, name: str) -> None:
+    """Refuse an OSD order past the columns OSD can search: n - rank(H) (ldpc corrupts its heap there)."""
+    if params.osd_method in ("osd_cs", "osd_e") and params.osd_order > 0:
+        from .codes import gf2_rank
+
+        free = h.shape[1] - gf2_rank(h)
+        if params.osd_order > free:
+            raise ValueError(f"{name}: osd_order={params.osd_order} is more than columns - rank(H) = {h.shape[1]} - "
+                             f"{h.shape[1] - free} = {free}; give at most {free}")
+
+
+def schema_properties() -> dict[str, dict[str, object]]:
+    """The parameters of ``bposd`` and ``bp`` as JSON Schema properties, from this module's checks."""
+    fields = BpOsdParams()
+    return {
+        "bp_method": {"type": "string", "default": fields.bp_method,
+                      "enum": sorted(set(BP_METHODS) | {k for k, v in _ALIASES.items() if v in BP_METHODS}),
+                      "description": "BP's check-node rule (ldpc's names and ours)"},
+        "max_iter": {"type": "integer", "default": fields.max_iter, "minimum": 0, "maximum": 2**31 - 1,
+                     "description": "BP iterations (0: n, as in ldpc)"},
+        "ms_scaling_factor": {"type": "number", "default": fields.ms_scaling_factor, "minimum": 0, "maximum": 1,
+                              "description": "min-sum scaling factor (0: adaptive, as in ldpc)"},
+        "osd_method": {"type": "string", "default": fields.osd_method,
+                       "enum": sorted(set(OSD_METHODS) | {k for k, v in _ALIASES.items() if v in OSD_METHODS}),
+                       "description": "OSD when BP does not converge (none: BP alone)"},
+        "osd_order": {"type": "integer", "default": fields.osd_order, "minimum": 0, "maximum": 60,
+                      "description": "OSD search depth (at most n - rank(H); 20 for osd_e)"},
+        "error_rate": {"type": ["number", "null"], "default": None, "exclusiveMinimum": 0, "exclusiveMaximum": 1,
+                       "description": "Hx/Hz builds: every qubit's prior (default 0.05); a DEM carries its own"},
+        "channel_probs": {"type": ["array", "null"], "default": None, "items": {"type": "number"},
+                          "description": "Hx/Hz builds: each qubit's prior"},
+        "platform": {"type": "string", "default": "cpu", "enum": ["cpu", "triton"],
+                     "description": "native C, or Triton kernels (Hx/Hz builds)"},
+    }

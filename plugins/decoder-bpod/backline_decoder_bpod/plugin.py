@@ -1,7 +1,8 @@
 """Entry point: the decoders ``bposd`` (BP + ordered statistics) and ``bp`` (BP alone).
 
-Both are built from a CSS code: ``plugins.get("decoder", "bposd").build(hx=Hx, hz=Hz, ...)``
-or, in a placement, ``Coprocessor(coprocessor_fn=css_bp_decoder(Hx, Hz))``.
+Both build from a CSS code -- ``plugins.get("decoder", "bposd").build(hx=Hx, hz=Hz, ...)``, or
+in a placement ``Coprocessor(coprocessor_fn=css_bp_decoder(Hx, Hz))`` -- and from a detector
+error model or matrices (``build_from_dem``, ``build_from_matrices``; backline_decoder_bpod.dem).
 """
 
 from __future__ import annotations
@@ -9,35 +10,66 @@ from __future__ import annotations
 from typing import Any
 
 from backline_core import CoprocessorFunction, Decoder, hookimpl
+from backline_core.sdk import REPLIES, object_schema
 
 
-def _numeric(settings: dict[str, Any]) -> dict[str, Any]:
-    # Values from the command line (--decoder-param k=v) arrive as text.
-    out: dict[str, Any] = {}
-    for key, value in settings.items():
-        if isinstance(value, str) and key in ("max_iter", "osd_order"):
-            value = int(value)
-        elif isinstance(value, str) and key in ("ms_scaling_factor", "error_rate"):
-            value = float(value)
-        out[key] = value
-    return out
+def _checked(name: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings given, checked against the decoder's schema (text from a command line read by type)."""
+    from backline_core.sdk import check_params
+
+    plain = {k: v.tolist() if hasattr(v, "tolist") else v for k, v in settings.items()}  # numpy values as JSON's
+    checked = check_params(name, _schema(name == "bp"), plain)
+    return {key: checked[key] if isinstance(value, str) else value for key, value in settings.items()}
 
 
 def build_bposd(hx: Any, hz: Any, **settings: Any) -> CoprocessorFunction:
     """BP followed by OSD (default OSD-0) when BP does not converge."""
     from .decoder import css_bp_decoder
 
-    return css_bp_decoder(hx, hz, **_numeric(settings))
+    return css_bp_decoder(hx, hz, **_checked("bposd", settings))
 
 
 def build_bp(hx: Any, hz: Any, **settings: Any) -> CoprocessorFunction:
     """BP alone: the hard decision of the last iteration, converged or not."""
     from .decoder import css_bp_decoder
 
-    settings = _numeric(settings)
-    if settings.setdefault("osd_method", "none") != "none":
+    if settings.pop("osd_method", "none") != "none" or "osd_order" in settings:
         raise ValueError("the 'bp' decoder has no post-processing; use 'bposd' for OSD")
+    settings = {**_checked("bp", settings), "osd_method": "none"}
     return css_bp_decoder(hx, hz, name="bp", **settings)
+
+
+def _schema(bp_only: bool) -> dict[str, Any]:
+    from .params import schema_properties
+
+    props = schema_properties()
+    if bp_only:  # BP alone: no post-processing to choose
+        props = {k: v for k, v in props.items() if k not in ("osd_method", "osd_order")}
+    return object_schema(props)
+
+
+def bposd_from_dem(dem: Any, **kwargs: Any) -> Any:
+    from .dem import from_dem
+
+    return from_dem(dem, **kwargs)
+
+
+def bposd_from_matrices(m: Any, **kwargs: Any) -> Any:
+    from .dem import from_matrices
+
+    return from_matrices(m, **kwargs)
+
+
+def bp_from_dem(dem: Any, **kwargs: Any) -> Any:
+    from .dem import from_dem
+
+    return from_dem(dem, name="bp", osd_method="none", **kwargs)
+
+
+def bp_from_matrices(m: Any, **kwargs: Any) -> Any:
+    from .dem import from_matrices
+
+    return from_matrices(m, name="bp", osd_method="none", **kwargs)
 
 
 def bench_payloads(function: CoprocessorFunction, spec: Any) -> Any:
@@ -58,8 +90,10 @@ def bench_payloads(function: CoprocessorFunction, spec: Any) -> Any:
 @hookimpl
 def backline_decoders() -> list[Decoder]:
     return [
-        Decoder(name="bposd", summary="BP + ordered-statistics decoding from Hx, Hz", build=build_bposd,
-                hardware=("cpu", "gpu"), bench_payloads=bench_payloads),
-        Decoder(name="bp", summary="belief propagation from Hx, Hz", build=build_bp, hardware=("cpu", "gpu"),
-                bench_payloads=bench_payloads),
+        Decoder(name="bposd", summary="BP + ordered-statistics decoding (native C; Triton from Hx, Hz)",
+                build=build_bposd, hardware=("cpu", "gpu"), bench_payloads=bench_payloads, schema=_schema(False),
+                from_dem=bposd_from_dem, from_matrices=bposd_from_matrices, replies=REPLIES),
+        Decoder(name="bp", summary="belief propagation (native C; Triton from Hx, Hz)", build=build_bp,
+                hardware=("cpu", "gpu"), bench_payloads=bench_payloads, schema=_schema(True), from_dem=bp_from_dem,
+                from_matrices=bp_from_matrices, replies=REPLIES),
     ]

@@ -1,4 +1,5 @@
-"""The sinter adapter: DEM -> (H, L, priors), predictions against ldpc's sinter decoder, sinter.collect."""
+"""bposd in sinter (backline_core.sinter): the core's DEM -> (H, O, priors) equals ldpc's, predictions
+against ldpc's sinter decoder, sinter.collect from Python and the command line."""
 
 from __future__ import annotations
 
@@ -14,11 +15,8 @@ sinter = pytest.importorskip("sinter")
 stim = pytest.importorskip("stim")
 pytest.importorskip("ldpc")
 
-from backline_decoder_bpod.sinter_adapter import (
-    SinterBpOsdDecoder,
-    dem_to_matrices,
-    sinter_decoders,
-)
+from backline_core import dem_matrices
+from backline_core.sinter import decoder, sinter_decoders
 from ldpc.ckt_noise.dem_matrices import detector_error_model_to_check_matrices
 from ldpc.sinter_decoders import SinterBpOsdDecoder as LdpcSinter
 
@@ -50,14 +48,14 @@ def read_b8_obs(path, num_obs: int) -> np.ndarray:
     return stim.read_shot_data_file(path=str(path), format="b8", num_observables=num_obs, bit_packed=True)
 
 
-def via_files(decoder, dem, dets: np.ndarray, tmp_path, tag: str) -> np.ndarray:
-    """Predictions (bit-packed) from ``decoder.decode_via_files`` on files in tmp_path."""
+def via_files(dec, dem, dets: np.ndarray, tmp_path, tag: str) -> np.ndarray:
+    """Predictions (bit-packed) from ``dec.decode_via_files`` (ldpc's sinter decoder) on files in tmp_path."""
     dem_path, dets_path, out_path = tmp_path / f"{tag}.dem", tmp_path / f"{tag}.b8", tmp_path / f"{tag}.out.b8"
     dem.to_file(dem_path)
     write_b8(dets_path, dets, dem.num_detectors)
-    decoder.decode_via_files(num_shots=dets.shape[0], num_dets=dem.num_detectors, num_obs=dem.num_observables,
-                             dem_path=dem_path, dets_b8_in_path=dets_path, obs_predictions_b8_out_path=out_path,
-                             tmp_dir=tmp_path)
+    dec.decode_via_files(num_shots=dets.shape[0], num_dets=dem.num_detectors, num_obs=dem.num_observables,
+                         dem_path=dem_path, dets_b8_in_path=dets_path, obs_predictions_b8_out_path=out_path,
+                         tmp_dir=tmp_path)
     return read_b8_obs(out_path, dem.num_observables)
 
 
@@ -70,53 +68,19 @@ def test_matrices_equal_ldpc(name):
          if name == "surface-z-d5" else circuit(name))
     for decompose in (False, True):
         dem = c.detector_error_model(decompose_errors=decompose)
-        ours = dem_to_matrices(dem)
+        ours = dem_matrices(dem)
         ref = detector_error_model_to_check_matrices(dem, allow_undecomposed_hyperedges=True)
         assert ours.h.shape == (dem.num_detectors, ref.check_matrix.shape[1])
         assert np.array_equal(ours.h, ref.check_matrix.toarray())
-        assert np.array_equal(ours.l, ref.observables_matrix.toarray())
+        assert np.array_equal(ours.o, ref.observables_matrix.toarray())
         assert np.allclose(ours.priors, ref.priors, rtol=0, atol=1e-15)
         assert ours.observable_conflicts == 0
-
-
-def test_merging_combines_probabilities_and_xors_components():
-    dem = stim.DetectorErrorModel("""
-        error(0.1) D0 D1
-        error(0.2) D1 D0
-        error(0.05) D0 D2 ^ D2 D3 L0
-        error(0.3) D3
-        error(0) D1 D2
-        detector D4
-    """)
-    m = dem_to_matrices(dem)
-    assert m.h.shape == (5, 3) and m.l.shape == (1, 3)
-    assert m.h[:, 0].tolist() == [1, 1, 0, 0, 0]
-    assert m.h[:, 1].tolist() == [1, 0, 0, 1, 0] and m.l[0, 1] == 1   # D0 D2 ^ D2 D3 -> D0 D3
-    assert m.h[:, 2].tolist() == [0, 0, 0, 1, 0]
-    assert m.priors[0] == pytest.approx(0.1 * 0.8 + 0.2 * 0.9)
-    assert m.priors.tolist()[1:] == [0.05, 0.3]
-    # mechanisms merged into a column that flip other observables: the likeliest wins
-    conflict = dem_to_matrices(stim.DetectorErrorModel("error(0.1) D0 L0\nerror(0.2) D0\nerror(0.01) D0 L0"))
-    assert conflict.observable_conflicts == 2 and conflict.l[0, 0] == 0
-    assert conflict.priors[0] == pytest.approx(1 - (0.9 * 0.8 * 0.99 + 0.1 * 0.2 * 0.99 + 0.1 * 0.8 * 0.01
-                                                  + 0.9 * 0.2 * 0.01))
-
-
-def test_edge_cases_without_detectors_or_errors(tmp_path):
-    dec = SinterBpOsdDecoder()
-    empty = dec.compile_decoder_for_dem(dem=stim.DetectorErrorModel("detector D0\nlogical_observable L0"))
-    out = empty.decode_shots_bit_packed(bit_packed_detection_event_data=np.array([[1], [0]], dtype=np.uint8))
-    assert out.tolist() == [[0], [0]]
-    no_dets = dec.compile_decoder_for_dem(dem=stim.DetectorErrorModel("error(0.1) L0"))
-    assert no_dets.decode_shots_bit_packed(bit_packed_detection_event_data=np.zeros((3, 0), np.uint8)).shape == (3, 1)
-    with pytest.raises(ValueError, match=r"shape \(shots, 1\)"):
-        empty.decode_shots_bit_packed(bit_packed_detection_event_data=np.zeros((2, 2), np.uint8))
 
 
 def test_padding_bits_are_ignored():
     dem = stim.Circuit.generated("repetition_code:memory", distance=4, rounds=4, **NOISE).detector_error_model()
     assert dem.num_detectors % 8  # 15 detectors: the last byte has padding
-    compiled = SinterBpOsdDecoder().compile_decoder_for_dem(dem=dem)
+    compiled = decoder("bposd").compile_decoder_for_dem(dem=dem)
     dets = dem.compile_sampler(seed=3).sample(200, bit_packed=True)[0]
     dirty = dets.copy()
     dirty[:, -1] |= np.uint8((0xFF << (dem.num_detectors % 8)) & 0xFF)
@@ -129,15 +93,15 @@ def test_padding_bits_are_ignored():
 
 
 def test_settings_are_checked_and_the_decoder_pickles():
-    dec = SinterBpOsdDecoder(bp_method="ps", max_iter=7, osd_method="osd-cs", osd_order=3)
-    assert (dec.bp_method, dec.osd_method) == ("product_sum", "osd_cs")
+    dec = decoder("backline:bposd", bp_method="ps", max_iter="7", osd_method="osd_cs", osd_order=3)
+    assert (dec.params["bp_method"], dec.params["max_iter"], dec.params["osd_method"]) == ("ps", 7, "osd_cs")
     clone = pickle.loads(pickle.dumps(dec))
     assert clone == dec and repr(clone) == repr(dec)
     for bad in ({"bp_method": "nope"}, {"osd_method": "osd9"}, {"max_iter": -1}, {"osd_order": 61}):
         with pytest.raises(ValueError):
-            SinterBpOsdDecoder(**bad)
+            decoder("bposd", **bad)
     decoders = sinter_decoders()
-    assert list(decoders) == ["backline_bposd"] and isinstance(decoders["backline_bposd"], sinter.Decoder)
+    assert "backline:bposd" in decoders and isinstance(decoders["backline:bposd"], sinter.Decoder)
 
 
 # ---- predictions against ldpc -------------------------------------------------------------
@@ -151,11 +115,9 @@ def test_predictions_agree_with_ldpc(name, setting, tmp_path, numbers):
     dem = c.detector_error_model(decompose_errors=False)
     shots = 3000
     dets, obs = c.compile_detector_sampler(seed=11).sample(shots, separate_observables=True, bit_packed=True)
-    ours = SinterBpOsdDecoder(**ours_kw)
-    compiled = ours.compile_decoder_for_dem(dem=dem).decode_shots_bit_packed(bit_packed_detection_event_data=dets)
+    compiled = decoder("bposd", **ours_kw).compile_decoder_for_dem(dem=dem).decode_shots_bit_packed(
+        bit_packed_detection_event_data=dets)
     assert compiled.dtype == np.uint8 and compiled.shape == (shots, (dem.num_observables + 7) // 8)
-    files = via_files(ours, dem, dets, tmp_path, "ours")
-    assert np.array_equal(compiled, files)
     theirs = via_files(LdpcSinter(**ldpc_kw), dem, dets, tmp_path, "ldpc")
     agree = float((compiled == theirs).all(axis=1).mean())
     fail_ours = (compiled != obs).any(axis=1)
@@ -178,7 +140,7 @@ def test_sinter_collect_against_ldpc(numbers):
     ms, ldpc_ms = SETTINGS["ms-osd0"]
     stats = sinter.collect(
         num_workers=2, tasks=tasks, decoders=["backline_bposd", "ldpc_bposd"], max_shots=4000, max_errors=10**6,
-        custom_decoders={"backline_bposd": SinterBpOsdDecoder(**ms), "ldpc_bposd": LdpcSinter(**ldpc_ms)},
+        custom_decoders={"backline_bposd": decoder("bposd", **ms), "ldpc_bposd": LdpcSinter(**ldpc_ms)},
     )
     by = {(s.json_metadata["c"], s.decoder): s for s in stats}
     assert len(by) == 4
@@ -200,11 +162,11 @@ def test_sinter_collect_command_line(tmp_path):
     out = tmp_path / "stats.csv"
     result = subprocess.run(
         [sys.executable, "-c", "import sys; from sinter._command._main import main; sys.exit(main())",
-         "collect", "--circuits", str(path), "--decoders", "backline_bposd",
-         "--custom_decoders_module_function", "backline_decoder_bpod.sinter_adapter:sinter_decoders",
+         "collect", "--circuits", str(path), "--decoders", "backline:bposd",
+         "--custom_decoders_module_function", "backline_core.sinter:sinter_decoders",
          "--max_shots", "1000", "--max_errors", "100000", "--processes", "1", "--quiet",
          "--save_resume_filepath", str(out)],
         check=False, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     stats = sinter.read_stats_from_csv_files(out)
-    assert len(stats) == 1 and stats[0].decoder == "backline_bposd" and stats[0].shots >= 1000
+    assert len(stats) == 1 and stats[0].decoder == "backline:bposd" and stats[0].shots >= 1000

@@ -12,6 +12,8 @@
 #define _GNU_SOURCE
 #include "bpod.h"
 
+#include <backline/sdk/dem_reply.h>
+
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -547,4 +549,87 @@ BL_API int32_t bpod_css_fn(void *ctx, uint32_t decoder_id, const uint8_t *in, ui
     if (bpod_decode(d, in, out) < 0) return 13;
     *out_len = need;
     return 0;
+}
+
+/* -- a decoder of detection events: H's decoder and the reply map R --------------------------- */
+
+struct dem {
+    bpod_decoder *dec;
+    uint32_t *map_blob; /* the reply map, copied so that it is aligned */
+    bl_reply_map map;
+    uint8_t *e;         /* the packed estimate, ceil(n/8) bytes */
+};
+
+BL_API int32_t bpod_dem_init(const uint8_t *params, uint64_t len, void **ctx) {
+    struct reader r = {params, params + len};
+    uint32_t sections;
+    if (!params || !ctx || !read_header(&r, &sections) || sections != 1) return 1;
+    struct dem *c = calloc(1, sizeof *c);
+    if (!c) return 2;
+    size_t rest;
+    if (!(c->dec = create_from(&r))) goto fail;
+    rest = (size_t)(r.end - r.p);
+    c->map_blob = malloc(rest + 4);
+    c->e = calloc((c->dec->n + 7) / 8 + 1, 1);
+    if (!c->map_blob || !c->e) goto fail;
+    memcpy(c->map_blob, r.p, rest);
+    size_t used = 0;
+    if (bl_reply_map_parse((const uint8_t *)c->map_blob, rest, &c->map, &used) || used != rest ||
+        c->map.columns != c->dec->n) {
+        snprintf(last_error, sizeof last_error, "the reply map does not fit this H");
+        goto fail;
+    }
+    *ctx = c;
+    return 0;
+fail:
+    bpod_dem_fini(c);
+    return 3;
+}
+
+BL_API void bpod_dem_fini(void *ctx) {
+    struct dem *c = ctx;
+    if (!c) return;
+    bpod_free(c->dec);
+    free(c->map_blob);
+    free(c->e);
+    free(c);
+}
+
+/* out = R e for the decode of `in` (ceil(m/8) bytes); the decode's status */
+static int32_t dem_decode(struct dem *c, const uint8_t *in, uint8_t *out) {
+    uint32_t in_bytes = (c->dec->m + 7) / 8, reply = bl_reply_bytes(&c->map);
+    memset(out, 0, reply);
+    int any = 0;
+    for (uint32_t i = 0; i < in_bytes; i++) any |= in[i];
+    if (!any) return BPOD_BP_CONVERGED; /* no detection event: no error */
+    int32_t rc = bpod_decode(c->dec, in, c->e);
+    if (rc < 0) return rc;
+    for (uint32_t b = 0; b < (c->dec->n + 7) / 8; b++) {
+        for (uint32_t bits = c->e[b]; bits; bits &= bits - 1)
+            bl_reply_add_column(&c->map, 8u * b + (uint32_t)__builtin_ctz(bits), out);
+    }
+    return rc;
+}
+
+BL_API int32_t bpod_dem_fn(void *ctx, uint32_t decoder_id, const uint8_t *in, uint32_t in_len, uint8_t *out,
+                           uint32_t out_cap, uint32_t *out_len) {
+    struct dem *c = ctx;
+    if (decoder_id != 0) return 10;
+    if (in_len != (c->dec->m + 7) / 8) return 11; /* wrong width: an error reply, not a crash */
+    if (out_cap < bl_reply_bytes(&c->map)) return 12;
+    if (dem_decode(c, in, out) < 0) return 13;
+    *out_len = bl_reply_bytes(&c->map);
+    return 0;
+}
+
+BL_API int64_t bpod_dem_batch(void *ctx, const uint8_t *in, uint64_t shots, uint8_t *out) {
+    struct dem *c = ctx;
+    uint32_t in_bytes = (c->dec->m + 7) / 8, reply = bl_reply_bytes(&c->map);
+    int64_t hard = 0;
+    for (uint64_t s = 0; s < shots; s++) {
+        int32_t rc = dem_decode(c, in + s * in_bytes, out + s * reply);
+        if (rc < 0) return rc;
+        hard += rc != BPOD_BP_CONVERGED;
+    }
+    return hard;
 }

@@ -57,6 +57,17 @@ BL_API void bpod_css_fini(void *ctx);
 BL_API int32_t bpod_css_fn(void *ctx, uint32_t decoder_id, const uint8_t *in, uint32_t in_len, uint8_t *out,
                            uint32_t out_cap, uint32_t *out_len);
 
+/* A decoder of detection events (built from a DEM or matrices, docs/decoders.md): params hold one
+ * section (H) and then the reply map of backline/sdk/dem_reply.h; a round's payload is the packed
+ * detection events, its reply R e for the decoded estimate e. */
+BL_API int32_t bpod_dem_init(const uint8_t *params, uint64_t len, void **ctx);
+BL_API void bpod_dem_fini(void *ctx);
+BL_API int32_t bpod_dem_fn(void *ctx, uint32_t decoder_id, const uint8_t *in, uint32_t in_len, uint8_t *out,
+                           uint32_t out_cap, uint32_t *out_len);
+/* `shots` payloads back to back (rows of ceil(m/8) bytes) -> replies (rows of ceil(bits/8)); the
+ * number of decodes that fell back to OSD or did not converge, or a negative status. */
+BL_API int64_t bpod_dem_batch(void *ctx, const uint8_t *in, uint64_t shots, uint8_t *out);
+
 #ifdef __cplusplus
 }
 #endif
