@@ -1,12 +1,17 @@
-"""`backline-bench-decoder`: single-shot latency and batch throughput against ldpc, one run.
+"""``backline bench-decoder``: per-shot decode time through sinter's compiled-decoder API, against
+the reference of each decoder in the same run.
 
-For each code, the same syndromes (from independent bit flips at ``p``) go through
-(a) the native decoder called from native code, (b) the Python API
-(:meth:`BpOsdDecoder.decode`, unpacked arrays in and out, like ldpc's), and
-(c) ``ldpc.BpOsdDecoder.decode`` with the same parameters; then a batch of them through
-``decode_batch_packed`` against ldpc called in a loop (ldpc has no batch call). The
-report gives medians, P99s, the ratios the targets are stated in, and the fraction of
-shots on which the two decoders agree bit for bit.
+Every case is a detector error model: code-capacity cases (hypergraph-product, toric and
+bivariate-bicycle codes; independent X flips at ``p``, the code's Hz as detectors and its Z
+logicals as observables) and circuit-level memory experiments (rotated surface code d=5 r=5,
+colour code d=5 r=4, and the gross code's Z checks measured for a few rounds). For each,
+``bposd`` (``backline_core.sinter``'s ``decode_shots_bit_packed``: one native call) and
+ldpc's own sinter decoder's path (``ldpc.sinter_decoders.SinterBpOsdDecoder``: ldpc's matrices
+of the DEM, its ``BpOsdDecoder`` in a loop over the shots, without the files it reads and
+writes) decode the same bit-packed shots with the same parameters; the figure is the
+median over ``--repeats`` of the time per shot, and the ratio ours/ldpc. Their predictions
+are compared shot by shot. Where installed, ``pymatching`` is timed against PyMatching's own
+``decode_batch`` on the surface-code DEM, and ``lut`` per shot on a d=3 surface-code DEM.
 """
 
 from __future__ import annotations
@@ -15,134 +20,201 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from backline_core.sdk import summary
+from backline_core import BacklineError, plugins
+from backline_core.sdk import Parser, run_command
 
 from . import codes
-from .decoder import BpOsdDecoder
-from .native import ffi, lib
 
-DEFAULT_CODES = ("hgp13", "gross")
-
-
-def _syndromes(h: np.ndarray, p: float, shots: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    errors = (rng.random((shots, h.shape[1])) < p).astype(np.uint8)
-    return ((errors.astype(np.int64) @ h.T.astype(np.int64)) % 2).astype(np.uint8)
+CIRCUIT_NOISE = {"after_clifford_depolarization": 0.001, "before_measure_flip_probability": 0.001,
+                 "after_reset_flip_probability": 0.001, "before_round_data_depolarization": 0.001}
+CODE_CAPACITY = ("hgp-rep-5", "hgp-rep-9", "toric-6", "toric-10", "gross")
+CIRCUITS = ("surface-d5-r5", "color-d5-r4", "gross-r3")
 
 
-def bench_code(code: codes.CSSCode, *, p: float, shots: int, seed: int, settings: dict[str, Any]) -> dict[str, Any]:
-    """Latency and throughput of one code's Hz decoder (X errors), ours against ldpc's."""
-    import ldpc
+def code_capacity_dem(code: codes.CSSCode, p: float) -> Any:
+    """X flips of probability ``p`` on each qubit, seen by Hz, flipping the Z logicals."""
+    import stim
 
-    h = code.hz
-    syn = _syndromes(h, p, shots, seed)
-    packed = np.packbits(syn, axis=1, bitorder="little")
-    ours = BpOsdDecoder(h, error_rate=p, **settings)
-    theirs = ldpc.BpOsdDecoder(h, error_rate=p, **settings)
+    lz = code.lz if code.lz is not None else codes.css_logicals(code.hx, code.hz)[1]
+    lines = []
+    for j in range(code.n):
+        dets = " ".join(f"D{i}" for i in np.flatnonzero(code.hz[:, j]))
+        obs = " ".join(f"L{k}" for k in np.flatnonzero(lz[:, j]))
+        lines.append(f"error({p}) {dets} {obs}".rstrip())
+    lines.append(f"detector D{code.hz.shape[0] - 1}")
+    lines.append(f"logical_observable L{lz.shape[0] - 1}")
+    return stim.DetectorErrorModel("\n".join(lines))
 
-    # warm both up on the first shots (page faults, caches)
-    for s in syn[: min(100, shots)]:
-        ours.decode(s)
-        theirs.decode(s)
 
-    native_ns = np.zeros(shots, dtype=np.uint64)
-    native_out = np.zeros((shots, ours.correction_bytes), dtype=np.uint8)
-    lib.bpod_time_decodes(ours._d, ffi.from_buffer(packed), shots, ffi.from_buffer(native_out),
-                          ffi.from_buffer("uint64_t[]", native_ns))
+def circuit(name: str) -> Any:
+    import stim
 
-    clock = time.perf_counter_ns
-    python_ns = np.zeros(shots, dtype=np.uint64)
-    ldpc_ns = np.zeros(shots, dtype=np.uint64)
-    agree = 0
-    unpacked_native = np.unpackbits(native_out, axis=1, count=h.shape[1], bitorder="little")
-    for i, s in enumerate(syn):
-        t0 = clock()
-        a = ours.decode(s)
-        t1 = clock()
-        b = theirs.decode(s)
-        t2 = clock()
-        python_ns[i], ldpc_ns[i] = t1 - t0, t2 - t1
-        agree += bool(np.array_equal(a, b) and np.array_equal(a, unpacked_native[i]))
+    if name == "surface-d5-r5":
+        return stim.Circuit.generated("surface_code:rotated_memory_x", distance=5, rounds=5, **CIRCUIT_NOISE)
+    if name == "color-d5-r4":
+        return stim.Circuit.generated("color_code:memory_xyz", distance=5, rounds=4, **CIRCUIT_NOISE)
+    if name == "gross-r3":
+        return codes.css_memory_circuit(codes.gross_code(), rounds=3, p=0.001)
+    raise BacklineError(f"unknown circuit {name!r}; the circuits: {', '.join(CIRCUITS)}")
 
-    t0 = clock()
-    ours.decode_batch_packed(packed)
-    batch_s = (clock() - t0) / 1e9
-    t0 = clock()
-    for s in syn:
-        theirs.decode(s)
-    ldpc_batch_s = (clock() - t0) / 1e9
 
-    native, python, reference = summary(native_ns), summary(python_ns), summary(ldpc_ns)
-    return {
-        "code": code.name, "n": code.n, "k": code.k, "checks": h.shape[0], "p": p, "shots": shots,
-        "settings": settings,
-        "native": native, "python": python, "ldpc": reference,
-        "ratio_native_to_ldpc_median": native["median_ns"] / reference["median_ns"],
-        "ratio_python_to_ldpc_median": python["median_ns"] / reference["median_ns"],
-        "batch_shots_per_s": shots / batch_s, "ldpc_shots_per_s": shots / ldpc_batch_s,
-        "batch_ratio": ldpc_batch_s / batch_s,
-        "agreement": agree / shots,
-    }
+def _compare(ours: Callable[[], Any], reference: Callable[[], Any], repeats: int) -> tuple[float, float, Any, Any]:
+    """Median seconds of ``ours`` and of ``reference``, timed in turn (a shared machine drifts), and
+    their last outputs."""
+    a, b = ours(), reference()  # warm up: first-call set-up, caches, page faults
+    t_ours, t_ref = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a = ours()
+        t1 = time.perf_counter()
+        b = reference()
+        t_ours.append(t1 - t0)
+        t_ref.append(time.perf_counter() - t1)
+    return float(np.median(t_ours)), float(np.median(t_ref)), a, b
+
+
+class LdpcSinterPath:
+    """ldpc's sinter decoder (``ldpc.sinter_decoders.SinterBpOsdDecoder.decode_via_files``) without its
+    files: the same matrices, decoder and per-shot loop, on bit-packed shots in memory."""
+
+    def __init__(self, dem: Any, params: dict[str, Any]) -> None:
+        from ldpc import BpOsdDecoder
+        from ldpc.ckt_noise.dem_matrices import detector_error_model_to_check_matrices
+
+        self.matrices = detector_error_model_to_check_matrices(dem, allow_undecomposed_hyperedges=True)
+        bp = {"min_sum": "minimum_sum"}.get(params["bp_method"], params["bp_method"])
+        self.bposd = BpOsdDecoder(self.matrices.check_matrix, error_channel=list(self.matrices.priors),
+                                  **{**params, "bp_method": bp})
+        self.num_dets, self.num_obs = dem.num_detectors, dem.num_observables
+
+    def decode_shots_bit_packed(self, *, bit_packed_detection_event_data: np.ndarray) -> np.ndarray:
+        shots = np.unpackbits(bit_packed_detection_event_data, axis=1, count=self.num_dets, bitorder="little")
+        predictions = np.zeros((len(shots), self.num_obs), dtype=np.uint8)
+        for i in range(len(shots)):  # as ldpc's adapter: one decode and one sparse product per shot
+            predictions[i, :] = (self.matrices.observables_matrix @ self.bposd.decode(shots[i, :])) % 2
+        return np.packbits(predictions, axis=1, bitorder="little")
+
+
+def bench_bposd(label: str, dem: Any, *, shots: int, repeats: int, seed: int, params: dict[str, Any]) -> dict[str, Any]:
+    """bposd against ldpc's sinter path on ``dem``: seconds per shot and agreement."""
+    from backline_core.sinter import decoder
+
+    dets = dem.compile_sampler(seed=seed).sample(shots, bit_packed=True)[0]
+    ours = decoder("bposd", **params).compile_decoder_for_dem(dem=dem)
+    theirs = LdpcSinterPath(dem, params)
+    t_ours, t_ldpc, a, b = _compare(lambda: ours.decode_shots_bit_packed(bit_packed_detection_event_data=dets),
+                                    lambda: theirs.decode_shots_bit_packed(bit_packed_detection_event_data=dets),
+                                    repeats)
+    return {"case": label, "decoder": "bposd", "reference": "ldpc sinter path", "detectors": dem.num_detectors,
+            "shots": shots, "us_per_shot": 1e6 * t_ours / shots, "reference_us_per_shot": 1e6 * t_ldpc / shots,
+            "ratio": t_ours / t_ldpc, "agreement": float((a == b).all(axis=1).mean()), "params": params}
+
+
+def bench_pymatching(dem: Any, *, shots: int, repeats: int, seed: int) -> dict[str, Any]:
+    import pymatching
+
+    from backline_core.sinter import decoder
+
+    dets = dem.compile_sampler(seed=seed).sample(shots, bit_packed=True)[0]
+    ours = decoder("pymatching").compile_decoder_for_dem(dem=dem)
+    theirs = pymatching.Matching.from_detector_error_model(dem)
+    t_ours, t_ref, a, b = _compare(
+        lambda: ours.decode_shots_bit_packed(bit_packed_detection_event_data=dets),
+        lambda: theirs.decode_batch(dets, bit_packed_shots=True, bit_packed_predictions=True), repeats)
+    return {"case": "surface-d5-r5", "decoder": "pymatching", "reference": "PyMatching decode_batch",
+            "detectors": dem.num_detectors, "shots": shots, "us_per_shot": 1e6 * t_ours / shots,
+            "reference_us_per_shot": 1e6 * t_ref / shots, "ratio": t_ours / t_ref,
+            "agreement": float((a == b).all(axis=1).mean())}
+
+
+def bench_lut(dem: Any, *, shots: int, repeats: int, seed: int) -> dict[str, Any]:
+    from backline_core.sinter import decoder
+
+    dets = dem.compile_sampler(seed=seed).sample(shots, bit_packed=True)[0]
+    ours = decoder("lut").compile_decoder_for_dem(dem=dem)
+    t_ours, _, _, _ = _compare(lambda: ours.decode_shots_bit_packed(bit_packed_detection_event_data=dets),
+                               lambda: None, repeats)
+    return {"case": "surface-d3-r3", "decoder": "lut", "reference": "1 us per shot (the target)",
+            "detectors": dem.num_detectors, "shots": shots, "us_per_shot": 1e6 * t_ours / shots,
+            "reference_us_per_shot": 1.0, "ratio": 1e6 * t_ours / shots, "agreement": None}
 
 
 def format_row(r: dict[str, Any]) -> str:
-    us = lambda x: f"{x / 1e3:8.2f}"  # noqa: E731
-    return (
-        f"[[{r['n']},{r['k']}]] {r['code']:<8} p={r['p']:<5} "
-        f"native {us(r['native']['median_ns'])} /{us(r['native']['p99_ns'])}   "
-        f"python {us(r['python']['median_ns'])} /{us(r['python']['p99_ns'])}   "
-        f"ldpc {us(r['ldpc']['median_ns'])} /{us(r['ldpc']['p99_ns'])}   "
-        f"native/ldpc {r['ratio_native_to_ldpc_median']:.3f}x   "
-        f"batch {r['batch_shots_per_s']:,.0f}/s vs ldpc {r['ldpc_shots_per_s']:,.0f}/s ({r['batch_ratio']:.2f}x)   "
-        f"agree {100 * r['agreement']:.2f}%"
-    )
+    agree = "" if r["agreement"] is None else f"  agree {100 * r['agreement']:.2f}%"
+    return (f"{r['case']:<14} {r['decoder']:<10} {r['detectors']:>5} dets  {r['us_per_shot']:10.3f} us/shot  vs "
+            f"{r['reference']}: {r['reference_us_per_shot']:10.3f} us/shot  ratio {r['ratio']:.3f}x{agree}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="backline-bench-decoder", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--code", action="append", help="named code (steane, hgp13, hgp-rep-N, toric-L, gross) "
-                        "or an .npz with Hx, Hz; repeatable", default=None)
-    parser.add_argument("--error-rate", type=float, action="append", default=None, help="repeatable (default 0.05)")
-    parser.add_argument("--shots", type=int, default=20_000)
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--bp-method", default="min_sum", choices=("min_sum", "product_sum"))
-    parser.add_argument("--max-iter", type=int, default=10)
-    parser.add_argument("--ms-scaling-factor", type=float, default=0.625)
-    parser.add_argument("--osd-method", default="osd0", choices=("osd0", "osd_cs", "osd_e", "none"))
-    parser.add_argument("--osd-order", type=int, default=0)
-    parser.add_argument("--json", metavar="FILE")
-    args = parser.parse_args(argv)
+def _cmd(args: argparse.Namespace) -> int:
     try:
         import ldpc  # noqa: F401
-    except ImportError:
-        print("backline-bench-decoder: error: needs ldpc for the reference: pip install ldpc==2.4.1", file=sys.stderr)
-        return 2
-    settings = {"bp_method": args.bp_method, "max_iter": args.max_iter, "ms_scaling_factor": args.ms_scaling_factor,
-                "osd_method": args.osd_method, "osd_order": args.osd_order}
-    results = []
-    print("single-shot decode latency, median / P99 in us (Hz decoder, X errors); batch throughput; "
-          "agreement = bit-identical to ldpc")
-    for name in args.code or DEFAULT_CODES:
-        try:
-            code = codes.CSSCode.from_npz(name) if name.endswith(".npz") else codes.named_code(name)
-        except (ValueError, OSError) as exc:
-            print(f"backline-bench-decoder: error: {exc}", file=sys.stderr)
-            return 2
-        for p in args.error_rate or [0.05]:
-            r = bench_code(code, p=p, shots=args.shots, seed=args.seed, settings=settings)
-            results.append(r)
-            print(format_row(r), flush=True)
+        import stim
+    except ImportError as exc:
+        raise BacklineError(f"bench-decoder needs ldpc and stim for its references ({exc.name} is missing): "
+                            "pip install ldpc==2.4.1 stim") from None
+    for what in ("shots", "repeats"):
+        if getattr(args, what) < 1:
+            raise BacklineError(f"--{what} {getattr(args, what)}: give at least 1")
+    if not 0 < args.p < 0.5:
+        raise BacklineError(f"--p {args.p}: a code-capacity error rate is in (0, 0.5)")
+    params = {"bp_method": args.bp_method, "max_iter": args.max_iter, "ms_scaling_factor": args.ms_scaling_factor,
+              "osd_method": args.osd_method, "osd_order": args.osd_order}
+    rows: list[dict[str, Any]] = []
+    print(f"per-shot decode time through sinter's decode_shots_bit_packed, median of {args.repeats}; "
+          f"bposd {params}")
+    for name in args.code if args.code is not None else CODE_CAPACITY:
+        code = codes.named_code(name)
+        rows.append(bench_bposd(f"{name} p={args.p:g}", code_capacity_dem(code, args.p), shots=args.shots,
+                                repeats=args.repeats, seed=args.seed, params=params))
+        print(format_row(rows[-1]), flush=True)
+    for name in args.circuit if args.circuit is not None else CIRCUITS:
+        dem = circuit(name).detector_error_model(decompose_errors=False)
+        rows.append(bench_bposd(name, dem, shots=args.shots, repeats=args.repeats, seed=args.seed, params=params))
+        print(format_row(rows[-1]), flush=True)
+    installed = plugins.names("decoder")
+    for name, run in (("pymatching", lambda: bench_pymatching(
+            circuit("surface-d5-r5").detector_error_model(decompose_errors=True), shots=max(args.shots, 20000),
+            repeats=args.repeats, seed=args.seed)),
+                      ("lut", lambda: bench_lut(stim.Circuit.generated(
+                          "surface_code:rotated_memory_z", distance=3, rounds=3, **CIRCUIT_NOISE).detector_error_model(),
+                          shots=max(args.shots, 200000), repeats=args.repeats, seed=args.seed))):
+        if name in installed:
+            rows.append(run())
+            print(format_row(rows[-1]), flush=True)
+        else:
+            print(f"{name}: not installed, not measured")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=2)
+            json.dump(rows, fh, indent=2)
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def parser() -> Parser:
+    p = Parser(prog="backline bench-decoder", description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--code", action="append", help="a code-capacity case by code name (hgp-rep-N, toric-L, gross); "
+                   f"repeatable (default: {', '.join(CODE_CAPACITY)})")
+    p.add_argument("--circuit", action="append", choices=CIRCUITS, help="a circuit-level case; repeatable "
+                   "(default: all)")
+    p.add_argument("--p", type=float, default=0.05, help="code-capacity error rate")
+    p.add_argument("--shots", type=int, default=2000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--bp-method", default="min_sum", choices=("min_sum", "product_sum"))
+    p.add_argument("--max-iter", type=int, default=30)
+    p.add_argument("--ms-scaling-factor", type=float, default=0.625)
+    p.add_argument("--osd-method", default="osd_cs", choices=("osd0", "osd_cs", "osd_e"))
+    p.add_argument("--osd-order", type=int, default=4)
+    p.add_argument("--json", metavar="FILE")
+    p.set_defaults(func=_cmd)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``backline bench-decoder ARGS``."""
+    return run_command(parser(), sys.argv[1:] if argv is None else argv)

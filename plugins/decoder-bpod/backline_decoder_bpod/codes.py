@@ -40,6 +40,7 @@ import numpy as np
 __all__ = [
     "CSSCode",
     "bivariate_bicycle",
+    "css_memory_circuit",
     "css_logicals",
     "gf2_nullspace",
     "gf2_rank",
@@ -618,3 +619,47 @@ def named_code(name: str) -> CSSCode:
     if match and int(match.group(1)) >= 2:
         return _hgp_repetition(int(match.group(1)), key)
     raise ValueError(f"unknown code {name!r}; valid names: {_NAMES_HELP}")
+
+
+def css_memory_circuit(code: CSSCode, *, rounds: int, p: float) -> "stim.Circuit":  # noqa: F821
+    """A Z-basis memory experiment of ``code`` as a stim circuit: ``rounds`` rounds measuring its Z
+    checks with one ancilla each (CNOTs in column order), then the data qubits.
+
+    Noise: each round depolarizes every data qubit with ``p``, every CNOT is followed by a
+    two-qubit depolarization of ``p``, and every measurement is flipped with ``p``. Detectors
+    carry ``(check, 0, round)``; the observables are the code's Z logicals.
+
+    Examples:
+        >>> c = css_memory_circuit(named_code("toric-3"), rounds=2, p=0.001)
+        >>> c.num_detectors, c.num_observables
+        (27, 2)
+    """
+    import stim
+
+    if not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds={rounds!r}: give at least 1")
+    hz = np.asarray(code.hz, dtype=np.uint8)
+    lz = code.lz if code.lz is not None else css_logicals(code.hx, code.hz)[1]
+    n, m = code.n, hz.shape[0]
+    data, anc = list(range(n)), list(range(n, n + m))
+    c = stim.Circuit()
+    c.append("R", data + anc)
+    for t in range(rounds):
+        c.append("DEPOLARIZE1", data, p)
+        for j in range(n):
+            for i in np.flatnonzero(hz[:, j]):
+                c.append("CX", [j, n + int(i)])
+                c.append("DEPOLARIZE2", [j, n + int(i)], p)
+        c.append("X_ERROR", anc, p)
+        c.append("MR", anc)
+        for i in range(m):
+            recs = [stim.target_rec(-m + i)] + ([stim.target_rec(-2 * m + i)] if t else [])
+            c.append("DETECTOR", recs, [i, 0, t])
+    c.append("X_ERROR", data, p)
+    c.append("M", data)
+    for i in range(m):
+        recs = [stim.target_rec(-n + int(j)) for j in np.flatnonzero(hz[i])] + [stim.target_rec(-n - m + i)]
+        c.append("DETECTOR", recs, [i, 0, rounds])
+    for k, row in enumerate(np.asarray(lz, dtype=np.uint8)):
+        c.append("OBSERVABLE_INCLUDE", [stim.target_rec(-n + int(j)) for j in np.flatnonzero(row)], k)
+    return c

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backline_core import CoprocessorFunction, Decoder, hookimpl
+from backline_core import Command, CoprocessorFunction, Decoder, hookimpl
 from backline_core.sdk import REPLIES, object_schema
 
 
@@ -97,3 +97,15 @@ def backline_decoders() -> list[Decoder]:
                 hardware=("cpu", "gpu"), bench_payloads=bench_payloads, schema=_schema(True), from_dem=bp_from_dem,
                 from_matrices=bp_from_matrices, replies=REPLIES),
     ]
+
+
+def _bench_decoder() -> Any:
+    from .bench import main
+
+    return main
+
+
+@hookimpl
+def backline_commands() -> list[Command]:
+    return [Command(name="bench-decoder", load=_bench_decoder,
+                    summary="decode time per shot through sinter's API against ldpc (and PyMatching, lut)")]

@@ -634,16 +634,27 @@ def test_bench_payloads_are_syndromes_of_the_code_the_decoder_id_names(hgp13_npz
     assert made[0].requests != made[1].requests
 
 
-def test_backline_bench_decoder_cli(tmp_path):
+def test_backline_bench_decoder_command(tmp_path):
     out = tmp_path / "dec.json"
-    script = shutil.which("backline-bench-decoder", path=str(Path(sys.executable).parent))
-    cmd = [script] if script else [sys.executable, "-m", "backline_decoder_bpod.bench"]
-    result = subprocess.run([*cmd, "--code", "hgp13", "--shots", "2000", "--json", str(out)],
+    result = subprocess.run([sys.executable, "-m", "backline_core", "bench-decoder", "--code", "hgp13", "--circuit",
+                             "color-d5-r4", "--shots", "300", "--repeats", "1", "--json", str(out)],
                             check=False, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
     assert result.returncode == 0, result.stdout + result.stderr
-    (row,) = json.loads(out.read_text())
-    assert row["code"] == "hgp13" and row["shots"] == 2000
-    assert row["agreement"] == 1.0
-    for key in ("native", "python", "ldpc"):
-        assert row[key]["median_ns"] > 0
-    assert row["batch_shots_per_s"] > 0
+    rows = json.loads(out.read_text())
+    bposd = [r for r in rows if r["decoder"] == "bposd"]
+    assert [r["case"] for r in bposd] == ["hgp13 p=0.05", "color-d5-r4"]
+    for row in bposd:  # the same predictions as ldpc's sinter path, timed in the same run
+        assert row["shots"] == 300 and row["agreement"] == 1.0
+        assert row["us_per_shot"] > 0 and row["reference_us_per_shot"] > 0 and row["ratio"] > 0
+    assert "ratio" in result.stdout
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--shots", "0"], "--shots 0"), (["--p", "0.7"], "--p 0.7"), (["--code", "nosuch"], "unknown code"),
+    (["--circuit", "nosuch"], "invalid choice"),
+])
+def test_backline_bench_decoder_errors_are_one_line(args, says):
+    result = subprocess.run([sys.executable, "-m", "backline_core", "bench-decoder", *args], check=False,
+                            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
+    assert result.returncode == 2 and says in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -39,10 +39,12 @@ struct bpod_decoder {
     uint32_t iterations;
     /* OSD state, bit-packed over rows (words_m) and over pivots (words_p) */
     uint32_t words_m, words_p, rank_cap;
+    uint32_t rank;                 /* rank of H over GF(2): no column is independent of that many pivots */
     uint64_t *colbits;             /* n * words_m: column j of H */
     uint64_t *basis_vec;           /* rank_cap * words_m */
     uint64_t *basis_comb;          /* rank_cap * words_p: which pivots XOR to this vector */
     int32_t *basis_at;             /* m: basis index whose leading row is this row, or -1 */
+    uint64_t *leading;             /* words_m: the rows that lead a basis vector */
     uint32_t *order, *sort_tmp;    /* n */
     uint32_t *pivots, *nonpivots;  /* rank_cap, n */
     uint32_t n_pivots, n_nonpivots;
@@ -79,12 +81,14 @@ static int take(struct reader *r, void *out, size_t bytes) {
 BL_API void bpod_free(bpod_decoder *d) {
     if (!d) return;
     void *blocks[] = {d->row_ptr, d->col_idx, d->edge_row, d->col_ptr, d->col_edges, d->init_llr, d->cost,
-                      d->b2c, d->c2b, d->llr, d->aux, d->syndrome, d->hard, d->colbits, d->basis_vec,
+                      d->b2c, d->c2b, d->llr, d->aux, d->syndrome, d->hard, d->colbits, d->basis_vec, d->leading,
                       d->basis_comb, d->basis_at, d->order, d->sort_tmp, d->pivots, d->nonpivots, d->v,
                       d->comb, d->target, d->x, d->best};
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; ++i) free(blocks[i]);
     free(d);
 }
+
+static void choose_pivots(bpod_decoder *d);
 
 static bpod_decoder *create_from(struct reader *r) {
     uint32_t head[8];
@@ -121,6 +125,7 @@ static bpod_decoder *create_from(struct reader *r) {
     ALLOC(basis_vec, (size_t)d->rank_cap * d->words_m);
     ALLOC(basis_comb, (size_t)d->rank_cap * d->words_p);
     ALLOC(basis_at, m);
+    ALLOC(leading, d->words_m);
     ALLOC(order, n);
     ALLOC(sort_tmp, n);
     ALLOC(pivots, d->rank_cap);
@@ -160,6 +165,11 @@ static bpod_decoder *create_from(struct reader *r) {
         memcpy(fill, d->col_ptr, sizeof(uint32_t) * n);
         for (uint32_t e = 0; e < nnz; ++e) d->col_edges[fill[d->col_idx[e]]++] = e;
     }
+    /* H's rank, once: the greedy pivot choice in column order stops there on every decode */
+    d->rank = d->rank_cap;
+    for (uint32_t j = 0; j < n; ++j) d->order[j] = j;
+    choose_pivots(d);
+    d->rank = d->n_pivots;
     return d;
 truncated:
     bpod_free(d);
@@ -323,27 +333,50 @@ static int leading_row(const uint64_t *v, uint32_t words) {
     return -1;
 }
 
-/* Reduce v (and its pivot combination) by the basis; return the leading row left, or -1. */
+/* Reduce v (and its pivot combination) by the basis; return the leading row left, or -1.
+ * The basis is kept fully reduced (no basis vector has a bit on another's leading row), so one
+ * XOR clears each of v's bits on a leading row and adds none: the cost is v's weight there,
+ * not the rank. The combination found is the unique one, whatever the basis vectors are. */
 static int reduce(bpod_decoder *d, uint64_t *v, uint64_t *comb) {
     uint32_t wm = d->words_m, wp = d->words_p;
-    for (;;) {
-        int h = leading_row(v, wm);
-        if (h < 0 || d->basis_at[h] < 0) return h;
-        const uint64_t *bv = d->basis_vec + (size_t)d->basis_at[h] * wm;
-        const uint64_t *bc = d->basis_comb + (size_t)d->basis_at[h] * wp;
-        for (uint32_t w = 0; w < wm; ++w) v[w] ^= bv[w];
-        for (uint32_t w = 0; w < wp; ++w) comb[w] ^= bc[w];
+    for (uint32_t w = 0; w < wm; ++w) {
+        for (uint64_t bits = v[w] & d->leading[w]; bits; bits &= bits - 1) {
+            uint32_t row = w * 64 + (uint32_t)__builtin_ctzll(bits);
+            const uint64_t *bv = d->basis_vec + (size_t)d->basis_at[row] * wm;
+            const uint64_t *bc = d->basis_comb + (size_t)d->basis_at[row] * wp;
+            for (uint32_t k = 0; k < wm; ++k) v[k] ^= bv[k];
+            for (uint32_t k = 0; k < wp; ++k) comb[k] ^= bc[k];
+        }
     }
+    return leading_row(v, wm);
+}
+
+/* Add the reduced v (leading row h, combination comb) to the basis in `slot`, clearing row h from the
+ * basis vectors that have it, so the basis stays fully reduced. */
+static void insert(bpod_decoder *d, uint32_t slot, int h, const uint64_t *v, const uint64_t *comb) {
+    uint32_t wm = d->words_m, wp = d->words_p, hw = (uint32_t)h / 64;
+    uint64_t hb = 1ull << ((uint32_t)h % 64);
+    for (uint32_t s = 0; s < slot; ++s) {
+        uint64_t *bv = d->basis_vec + (size_t)s * wm, *bc = d->basis_comb + (size_t)s * wp;
+        if (!(bv[hw] & hb)) continue;
+        for (uint32_t k = 0; k < wm; ++k) bv[k] ^= v[k];
+        for (uint32_t k = 0; k < wp; ++k) bc[k] ^= comb[k];
+    }
+    memcpy(d->basis_vec + (size_t)slot * wm, v, sizeof(uint64_t) * wm);
+    memcpy(d->basis_comb + (size_t)slot * wp, comb, sizeof(uint64_t) * wp);
+    d->basis_at[h] = (int32_t)slot;
+    d->leading[hw] |= hb;
 }
 
 /* Greedy information set: columns in LLR order, kept when independent of those kept. */
 static void choose_pivots(bpod_decoder *d) {
     uint32_t wm = d->words_m, wp = d->words_p;
     for (uint32_t i = 0; i < d->m; ++i) d->basis_at[i] = -1;
+    memset(d->leading, 0, sizeof(uint64_t) * wm);
     d->n_pivots = d->n_nonpivots = 0;
     for (uint32_t k = 0; k < d->n; ++k) {
         uint32_t c = d->order[k];
-        if (d->n_pivots == d->rank_cap) {
+        if (d->n_pivots == d->rank) { /* a basis of H's column space: every other column depends on it */
             d->nonpivots[d->n_nonpivots++] = c;
             continue;
         }
@@ -356,9 +389,7 @@ static void choose_pivots(bpod_decoder *d) {
         }
         uint32_t slot = d->n_pivots++;
         d->comb[slot / 64] ^= 1ull << (slot % 64);
-        memcpy(d->basis_vec + (size_t)slot * wm, d->v, sizeof(uint64_t) * wm);
-        memcpy(d->basis_comb + (size_t)slot * wp, d->comb, sizeof(uint64_t) * wp);
-        d->basis_at[h] = (int32_t)slot;
+        insert(d, slot, h, d->v, d->comb);
         d->pivots[slot] = c;
     }
 }
