@@ -200,6 +200,9 @@ class Decoder:
     from_dem: Callable[..., Any] | None = None
     from_matrices: Callable[..., Any] | None = None
     replies: tuple[str, ...] = ("observables",)
+    #: whether it decodes the DEM's own decomposition into graphlike components (matching does): a
+    #: caller that makes the DEM from a circuit decomposes it for such a decoder only
+    decomposed_dem: bool = False
     distribution: str = ""
 
     def __post_init__(self) -> None:
@@ -221,6 +224,7 @@ class Decoder:
         """What ``backline plugins --json`` adds to this decoder's row."""
         return {"schema": _thawed(self.schema), "from_dem": self.from_dem is not None,
                 "from_matrices": self.from_matrices is not None, "replies": list(self.replies),
+                "decomposed_dem": self.decomposed_dem,
                 "hardware": list(self.hardware)}
 
     def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:

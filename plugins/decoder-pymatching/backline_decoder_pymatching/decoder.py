@@ -6,15 +6,20 @@ undecomposed hyperedge (a component flipping more than two detectors) is refused
 would drop it silently. From matrices, ``Matching.from_check_matrix`` with weights
 ``log((1 - p) / p)``; a column flipping more than two detectors is refused likewise.
 
+A batch is one ``decode_batch`` call on the bit-packed rows, bit-packed predictions out: no
+Python loop per shot.
+
 The reply ``"observables+detectors"`` asks PyMatching for more than observables: each edge
 also carries, as extra observables ``O + d``, the detectors ``d`` it flips, so matching
-reports the detector flips of its correction exactly (with ``commit``, from matrices, only
-the committed columns carry them).
+reports the detector flips of its correction exactly (parallel edges flip the same detectors,
+so PyMatching's merging keeps this exact). ``commit``: from a DEM every component is
+committed (a column mask does not name DEM components; a window decoder commits a region by
+rewriting its DEM instead, as ``backline qec`` does); from matrices ``commit`` is the core's
+column mask (:func:`~backline_core.sdk.reply_matrix`), each column being one edge.
 
 PyMatching has no native entry for one round, so a coprocessor round is the Python path: the
 function is rebuilt in the coprocessor's process from its context (the DEM's text, or the
-matrices) and each round takes the GIL and one ``decode_batch`` of one shot
-(docs/decoder-pymatching.md gives what that costs).
+matrices) and each round takes the GIL and one ``decode_batch`` of one packed shot.
 """
 
 from __future__ import annotations
@@ -78,22 +83,32 @@ class _Decoder:
 
     def __init__(self, matching: pymatching.Matching, detectors: int, reply_bits: int,
                  enable_correlations: bool) -> None:
-        self.matching, self.correlated = matching, enable_correlations
+        self.matching = matching
         self.payload_bytes, self.reply_bytes = (detectors + 7) // 8, (reply_bits + 7) // 8
+        self._kwargs: dict[str, Any] = {"bit_packed_shots": True, "bit_packed_predictions": True}
+        if enable_correlations:  # only then: a PyMatching without the keyword still decodes
+            self._kwargs["enable_correlations"] = True
 
-    def batch(self, packed: np.ndarray) -> np.ndarray:
-        out = self.matching.decode_batch(packed, bit_packed_shots=True, bit_packed_predictions=True,
-                                         **({"enable_correlations": True} if self.correlated else {}))
-        if out.shape[1] != self.reply_bytes:  # observables past the last one PyMatching saw flip nothing
+    def _decode(self, packed: np.ndarray) -> np.ndarray:
+        try:
+            out = self.matching.decode_batch(packed, **self._kwargs)
+        except ValueError as exc:  # e.g. an event on a detector no error reaches: not a syndrome of this model
+            raise InvalidArgumentError(f"pymatching: {str(exc).splitlines()[0]}") from None
+        if out.shape[1] != self.reply_bytes:  # observables past the last one on an edge flip nothing
             fixed = np.zeros((len(out), self.reply_bytes), dtype=np.uint8)
-            fixed[:, :min(out.shape[1], self.reply_bytes)] = out[:, :self.reply_bytes]
+            width = min(out.shape[1], self.reply_bytes)
+            fixed[:, :width] = out[:, :width]
             out = fixed
         return out
+
+    def batch(self, packed: np.ndarray) -> np.ndarray:
+        """Packed (shots, payload bytes) -> packed (shots, reply bytes), one ``decode_batch`` call."""
+        return self._decode(packed)
 
     def __call__(self, decoder_id: int, payload: bytes) -> bytes:
         if len(payload) != self.payload_bytes:
             raise ValueError(f"pymatching: a round of {len(payload)} bytes; this decoder takes {self.payload_bytes}")
-        return self.batch(np.frombuffer(payload, dtype=np.uint8).reshape(1, -1))[0].tobytes()
+        return self._decode(np.frombuffer(payload, dtype=np.uint8).reshape(1, -1)).tobytes()
 
 
 def _from_context(context: bytes) -> _Decoder:
@@ -148,11 +163,11 @@ def from_matrices(m: DemMatrices, *, reply: str = "observables", enable_correlat
         j = int(np.flatnonzero(weights > 2)[0])
         raise InvalidArgumentError(f"pymatching: column {j} of H flips {int(weights[j])} detectors; matching needs "
                                    "at most two per column (give a DEM built with decompose_errors=True)")
+    if not all(math.isfinite(p) and 0 < p < 1 for p in m.priors):  # a DemMatrices made by hand
+        raise InvalidArgumentError("pymatching: priors must all be in (0, 1)")
     r = reply_matrix(m, reply, commit)
     context = json.dumps({"h_shape": list(m.h.shape), "h_nz": [v.tolist() for v in np.nonzero(m.h)],
                           "f_shape": list(r.shape), "f_nz": [v.tolist() for v in np.nonzero(r)],
                           "priors": [float(p) for p in m.priors], "enable_correlations": False,
                           "detectors": m.num_detectors, "reply_bits": int(r.shape[0])}).encode()
-    if not all(math.isfinite(p) for p in m.priors):
-        raise InvalidArgumentError("pymatching: priors must be finite")
     return _function(context, m.num_detectors, m.num_observables, reply)

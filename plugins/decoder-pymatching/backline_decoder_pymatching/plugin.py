@@ -33,4 +33,5 @@ def from_matrices(m: Any, **kwargs: Any) -> Any:
 @hookimpl
 def backline_decoders() -> list[Decoder]:
     return [Decoder(name="pymatching", summary="minimum-weight perfect matching (PyMatching 2) from a decomposed DEM",
-                    build=build, schema=SCHEMA, from_dem=from_dem, from_matrices=from_matrices, replies=REPLIES)]
+                    build=build, schema=SCHEMA, from_dem=from_dem, from_matrices=from_matrices, replies=REPLIES,
+                    decomposed_dem=True)]

@@ -101,3 +101,67 @@ def test_matrices_matching_cannot_decode_are_refused() -> None:
     with pytest.raises(InvalidArgumentError, match="enable_correlations='x'"):
         RECORD.build_from_dem(circuit("surface", 3).detector_error_model(decompose_errors=True),
                               enable_correlations="x")
+
+
+def test_from_matrices_replies_with_the_detector_flips_of_the_committed_edges() -> None:
+    n = 10  # a repetition code: each column one edge
+    h = np.zeros((n - 1, n), np.uint8)
+    for i in range(n - 1):
+        h[i, i] = h[i, i + 1] = 1
+    o = np.zeros((1, n), np.uint8)
+    o[0, 0] = o[0, 7] = 1
+    priors = np.linspace(0.02, 0.08, n)
+    commit = np.arange(n) < 6
+    syndromes = (np.random.default_rng(8).random((1000, n)) < priors).astype(np.uint8) @ h.T % 2
+    m = check_matrices(h, o, priors)
+    fn = RECORD.from_matrices(m, reply="observables+detectors", commit=commit)
+    edges = pymatching.Matching.from_check_matrix(h, weights=np.log((1 - priors) / priors))
+    e = np.array([edges.decode(s) for s in syndromes], dtype=np.uint8)  # the matched columns
+    want = (e * commit) @ np.vstack([o, h]).T % 2  # what the committed edges flip: observables, then detectors
+    assert (fn.decode_batch(syndromes) == want).all()
+
+
+def test_bad_input_is_one_clear_line() -> None:
+    dem = circuit("surface", 3).detector_error_model(decompose_errors=True)
+    fn = RECORD.build_from_dem(dem)
+    cases = [
+        (lambda: RECORD.build_from_dem(stim.DetectorErrorModel("error(0.1) D0 D1")), "no observables"),
+        (lambda: RECORD.build_from_dem(stim.DetectorErrorModel("error(0.1) L0")), "no detectors"),
+        (lambda: RECORD.build_from_dem(dem, nosuch=1), "unknown parameter 'nosuch'"),
+        (lambda: RECORD.build_from_dem(dem, reply="detectors"), "replies with"),
+        (lambda: fn.decode_batch(np.zeros((3, dem.num_detectors - 1), np.uint8)), "shape"),
+        (lambda: fn.decode_batch_packed(np.zeros((3, fn.payload_bytes + 1), np.uint8)), "shape"),
+        # an event on a detector no error reaches is no syndrome of this model: PyMatching's ValueError, in one line
+        (lambda: RECORD.build_from_dem(stim.DetectorErrorModel("error(0.1) D0 L0\ndetector D1")).decode_batch(
+            np.array([[0, 1]], np.uint8)), "pymatching: No perfect matching"),
+    ]
+    for call, says in cases:
+        with pytest.raises(InvalidArgumentError, match=says) as info:
+            call()
+        assert "\n" not in str(info.value)
+
+
+def test_a_placement_naming_pymatching_says_to_build_from_a_dem() -> None:
+    pytest.importorskip("backline_transport_memcpy", reason="the memcpy transport is not installed")
+    from backline_core import Controller, Coprocessor, Placement, PlacementError, deploy
+
+    placement = Placement(controller=Controller(), transport="memcpy",
+                          coprocessors=[Coprocessor(name="pm", coprocessor_fn="pymatching", runs_in="thread")])
+    with pytest.raises(PlacementError, match=r"build_from_dem\(dem\)"):
+        deploy(placement, in_bytes=8, out_bytes=8)
+
+
+def test_the_same_replies_over_memcpy_in_a_thread_and_in_a_process() -> None:
+    pytest.importorskip("backline_transport_memcpy", reason="the memcpy transport is not installed")
+    from backline_core import Controller, Coprocessor, Placement, deploy
+
+    c = circuit("surface", d=3)
+    fn = RECORD.build_from_dem(c.detector_error_model(decompose_errors=True), reply="observables+detectors")
+    packed = c.compile_detector_sampler(seed=9).sample(300, bit_packed=True)
+    want = [r.tobytes() for r in fn.decode_batch_packed(packed)]
+    for runs_in in ("thread", "process"):
+        placement = Placement(controller=Controller(), transport="memcpy",
+                              coprocessors=[Coprocessor(name="pm", coprocessor_fn=fn, runs_in=runs_in)])
+        with deploy(placement, in_bytes=fn.payload_bytes, out_bytes=fn.reply_bytes) as d:
+            session = d.session("pm")
+            assert [session.round(r.tobytes()) for r in packed] == want, runs_in

@@ -138,6 +138,12 @@ def _cmd_stream(args: argparse.Namespace) -> int:
                     transport_args=dict(args.transport_arg), window=args.window, commit=args.commit,
                     cycle_us=args.cycle_us, **params)
     report = result.to_json()
+    from .stream import MIN_PACED_CYCLE_NS
+
+    if 0 < report["cycle_ns"] < MIN_PACED_CYCLE_NS:
+        print(f"backline qec stream: warning: a {args.cycle_us:g} us cycle is shorter than busy-wait pacing holds "
+              f"(about {MIN_PACED_CYCLE_NS} ns); the rounds came every {report['achieved_cycle_ns'] / 1e3:.3f} us",
+              file=sys.stderr)
     if args.predictions:
         write_b8(args.predictions, result.predictions)
     if args.json:

@@ -29,6 +29,8 @@ from .windows import SlidingWindowDecoder
 COPROCESSOR = "decoder"
 #: where a networked transport's coprocessor listens when stream() makes the placement
 LOOPBACK = "127.0.0.1"
+#: the shortest cycle busy-wait pacing on CLOCK_MONOTONIC holds here (a clock read costs tens of ns)
+MIN_PACED_CYCLE_NS = 100
 
 
 @dataclass
@@ -67,6 +69,14 @@ class StreamResult:
             return 0
         return int((self.window_latency_ns > self.commit_rounds[None, :] * self.cycle_ns).sum())
 
+    def achieved_cycle_ns(self) -> float | None:
+        """The mean interval between rounds sent (paced runs): above the cycle when the backlog grew,
+        or when the cycle is shorter than the pacing clock can hold."""
+        if not self.cycle_ns or self.rtt_ns.size < 2:
+            return None
+        lag = self.lag_ns.ravel().astype(np.float64)
+        return self.cycle_ns + float(lag[-1] - lag[0]) / (lag.size - 1)
+
     def sustainable_cycle_ns(self) -> float:
         """The shortest cycle at which rounds are served as fast as they come, on average: a shot's
         mean service time over its rounds (the backlog of a faster stream grows without bound)."""
@@ -92,7 +102,7 @@ class StreamResult:
             "deadline_misses": self.deadline_misses(),
             "sustainable_cycle_ns": self.sustainable_cycle_ns(),
             "ler_at_deadline": self.ler_at_deadline(),
-            "cycle_ns": self.cycle_ns, "placement": self.placement, "decoder": self.decoder, "wall_s": self.wall_s,
+            "cycle_ns": self.cycle_ns, "achieved_cycle_ns": self.achieved_cycle_ns(), "placement": self.placement, "decoder": self.decoder, "wall_s": self.wall_s,
         }
         if self.reference_rtt_ns is not None:
             ref = quantiles(self.reference_rtt_ns[:, self.window_rounds], "p50", "p99")

@@ -155,16 +155,22 @@ class SlidingWindowDecoder:
     """
 
     def __init__(self, circuit: stim.Circuit, name: str, *, window: int | None = None, commit: int | None = None,
-                 decompose_errors: bool = True, **params: Any) -> None:
+                 **params: Any) -> None:
         self.rounds = detector_rounds(circuit)
         self.num_rounds = int(self.rounds.max()) + 1
         self.windows = plan_windows(self.num_rounds, window, commit)
         if circuit.num_observables == 0:
             raise InvalidArgumentError("the circuit has no observables (no OBSERVABLE_INCLUDE): there is no logical "
                                        "outcome to predict")
-        self.dem = circuit.detector_error_model(decompose_errors=decompose_errors)
-        self.num_detectors, self.num_observables = self.dem.num_detectors, self.dem.num_observables
         record = plugins.get("decoder", name)
+        # decomposed for a decoder that matches on the decomposition only: stim cannot decompose every
+        # circuit (a colour code's), and the decomposition changes the columns a matrix decoder sees
+        try:
+            self.dem = circuit.detector_error_model(decompose_errors=record.decomposed_dem)
+        except ValueError as exc:
+            raise InvalidArgumentError(f"decoder {name!r} decodes a DEM decomposed into graphlike errors, and "
+                                       f"stim cannot decompose this circuit's: {str(exc).splitlines()[0]}") from None
+        self.num_detectors, self.num_observables = self.dem.num_detectors, self.dem.num_observables
         #: the decoder's parameters, checked, with its defaults
         self.params = record.check_params(params)
         mechanisms = _mechanisms(self.dem)

@@ -77,8 +77,28 @@ def test_the_stream_predicts_what_the_window_decoder_does_offline(name: str, tra
 def test_the_whole_shot_as_one_window_equals_the_decoder_offline(shots: tuple[np.ndarray, np.ndarray]) -> None:
     dets, _ = shots
     for name in STREAMED:
-        offline = plugins.get("decoder", name).build_from_dem(surface().detector_error_model(decompose_errors=True))
+        record = plugins.get("decoder", name)
+        offline = record.build_from_dem(surface().detector_error_model(decompose_errors=record.decomposed_dem))
         assert (stream(surface(), name, detectors=dets).predictions == offline.decode_batch(dets)).all(), name
+
+
+def test_the_whole_shot_equals_pymatching_and_ldpc_themselves(shots: tuple[np.ndarray, np.ndarray]) -> None:
+    dets, _ = shots
+    if "pymatching" in DEM_DECODERS:
+        import pymatching
+
+        matching = pymatching.Matching.from_detector_error_model(surface().detector_error_model(decompose_errors=True))
+        assert (stream(surface(), "pymatching", detectors=dets).predictions == matching.decode_batch(dets)).all()
+    if "bposd" in DEM_DECODERS and _importable("ldpc"):
+        import ldpc
+        from ldpc.ckt_noise.dem_matrices import detector_error_model_to_check_matrices
+
+        params = {"max_iter": 20, "osd_method": "osd_cs", "osd_order": 3, "ms_scaling_factor": 0.625}
+        m = detector_error_model_to_check_matrices(surface().detector_error_model(decompose_errors=False),
+                                                   allow_undecomposed_hyperedges=True)
+        ref = ldpc.BpOsdDecoder(m.check_matrix, error_channel=list(m.priors), bp_method="minimum_sum", **params)
+        want = np.array([(m.observables_matrix @ ref.decode(s)) % 2 for s in dets], dtype=np.uint8)
+        assert (stream(surface(), "bposd", detectors=dets, **params).predictions == want).all()
 
 
 def test_a_paced_stream_reports_its_backlog_and_deadlines(shots: tuple[np.ndarray, np.ndarray]) -> None:
@@ -219,3 +239,13 @@ def test_the_documented_command(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["shots"] == 2000 and report["cycle_ns"] == 2000 and report["windows_per_shot"] == 3
     assert (tmp_path / "report.png").exists()
+
+
+def test_a_cycle_shorter_than_pacing_holds_is_warned_and_the_achieved_cycle_reported(tmp_path: Path) -> None:
+    (tmp_path / "c.stim").write_text(str(surface()))
+    proc = _backline("qec", "stream", "c.stim", "--decoder", "lut", "--shots", "50", "--cycle-us", "0.01",
+                     "--json", "r.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: a 0.01 us cycle is shorter than busy-wait pacing holds" in proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["cycle_ns"] == 10 and report["achieved_cycle_ns"] > 10

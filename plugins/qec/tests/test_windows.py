@@ -80,7 +80,8 @@ def test_windowed_decoding_of_the_whole_shot_equals_the_decoder_offline() -> Non
     name = "lut" if "lut" in DEM_DECODERS else DEM_DECODERS[0]
     circuit = surface(3)
     dets, _ = circuit.compile_detector_sampler(seed=4).sample(3000, separate_observables=True)
-    offline = plugins.get("decoder", name).build_from_dem(circuit.detector_error_model(decompose_errors=True))
+    record = plugins.get("decoder", name)
+    offline = record.build_from_dem(circuit.detector_error_model(decompose_errors=record.decomposed_dem))
     assert (SlidingWindowDecoder(circuit, name).decode_batch(dets) == offline.decode_batch(dets)).all()
 
 
@@ -110,3 +111,15 @@ def test_bad_input_to_the_window_decoder() -> None:
         sw.decode_batch(np.zeros((2, 5), np.uint8))
     with pytest.raises(InvalidArgumentError, match="does not build from a detector error model"):
         SlidingWindowDecoder(surface(3), "steane")
+
+
+def test_a_colour_code_which_stim_cannot_decompose_streams_with_a_matrix_decoder() -> None:
+    circuit = stim.Circuit.generated("color_code:memory_xyz", distance=5, rounds=5, after_clifford_depolarization=0.002,
+                                     before_measure_flip_probability=0.002, after_reset_flip_probability=0.002)
+    name = "bposd" if "bposd" in DEM_DECODERS else "lut"
+    dets, obs = circuit.compile_detector_sampler(seed=6).sample(2000, separate_observables=True)
+    windowed = SlidingWindowDecoder(circuit, name, window=4, commit=2).decode_batch(dets)
+    assert (windowed != obs).any(axis=1).mean() < obs.any(axis=1).mean()
+    if "pymatching" in DEM_DECODERS:
+        with pytest.raises(InvalidArgumentError, match="cannot decompose this circuit"):
+            SlidingWindowDecoder(circuit, "pymatching")
