@@ -27,8 +27,11 @@ SCHEMAS = {
     "ldpc-bplsd": object_schema({**_BP,
         "lsd_method": {"type": "string", "default": "lsd0", "enum": ["lsd0", "lsd_cs", "lsd_e"],
                        "description": "localised-statistics post-processing of each cluster"},
-        "lsd_order": {"type": "integer", "default": 0, "minimum": 0, "maximum": 60,
-                      "description": "LSD search depth in each cluster"},
+        # ldpc's combination sweep sets candidate bits i < j < lsd_order in a vector of a cluster's free
+        # columns, which can be one: past 24 that write leaves glibc's smallest chunk (24 bytes) and ldpc
+        # aborts (free(): invalid pointer); up to 24 it stays inside the chunk and decodes as ldpc does
+        "lsd_order": {"type": "integer", "default": 0, "minimum": 0, "maximum": 24,
+                      "description": "LSD search depth in each cluster (at most 24: ldpc corrupts its heap above)"},
         "bits_per_step": {"type": "integer", "default": 1, "minimum": 1, "maximum": 1 << 20,
                           "description": "bits a cluster grows by in each step"}}),
 }
