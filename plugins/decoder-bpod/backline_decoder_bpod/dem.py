@@ -51,10 +51,15 @@ def from_matrices(m: DemMatrices, *, reply: str = "observables", commit: Any = N
     if error_rate is not None or channel_probs is not None:
         raise InvalidArgumentError(f"{name}: error_rate and channel_probs are for Hx/Hz builds; a detector error "
                                    "model or matrices give each column its prior")
-    params = BpOsdParams(bp_method=bp_method, max_iter=max_iter, ms_scaling_factor=ms_scaling_factor,
-                         osd_method=osd_method, osd_order=osd_order, error_rate=None,
-                         channel_probs=tuple(float(p) for p in m.priors))
-    check_osd_order(m.h, params, name)
+    try:  # the core's error type for bad input, as the rest of this path raises
+        params = BpOsdParams(bp_method=bp_method, max_iter=max_iter, ms_scaling_factor=ms_scaling_factor,
+                             osd_method=osd_method, osd_order=osd_order, error_rate=None,
+                             channel_probs=tuple(float(p) for p in m.priors))
+        check_osd_order(m.h, params, name)
+    except InvalidArgumentError:
+        raise
+    except ValueError as exc:
+        raise InvalidArgumentError(str(exc)) from None
     r = reply_matrix(m, reply, commit)
     context = encode([m.h], params) + encode_reply_map(r)
     batch = _Batch(context, (m.num_detectors + 7) // 8, (r.shape[0] + 7) // 8)

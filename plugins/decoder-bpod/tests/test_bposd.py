@@ -658,3 +658,27 @@ def test_backline_bench_decoder_errors_are_one_line(args, says):
                             capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
     assert result.returncode == 2 and says in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("task, d", [("surface_code:rotated_memory_x", 3), ("color_code:memory_xyz", 3)])
+@pytest.mark.parametrize("bp", ["min_sum", "product_sum"])
+def test_osd_candidates_match_ldpc_on_circuit_level_dems(task, d, bp):
+    """OSD-CS and OSD-E take each candidate from OSD-0's solution by linearity and sum its cost over its
+    own columns: on circuit-level DEMs (unequal priors, many more columns than checks, so many
+    candidates and near-ties) every correction equals ldpc's."""
+    stim = pytest.importorskip("stim")
+    from backline_core import dem_matrices
+
+    circuit = stim.Circuit.generated(task, distance=d, rounds=d, after_clifford_depolarization=0.01,
+                                     before_measure_flip_probability=0.01)
+    dem = circuit.detector_error_model(decompose_errors=False)
+    m = dem_matrices(dem)
+    syn = dem.compile_sampler(seed=5).sample(300)[0].astype(np.uint8)
+    for osd, order in (("osd_cs", 4), ("osd_cs", 10), ("osd_e", 5)):
+        settings = {"max_iter": 5, "osd_method": osd, "osd_order": order, "ms_scaling_factor": 0.625}
+        ours = BpOsdDecoder(m.h, channel_probs=m.priors, bp_method=bp, **settings).decode_batch(syn)
+        ref = ldpc.BpOsdDecoder(m.h, error_channel=list(m.priors),
+                                bp_method="minimum_sum" if bp == "min_sum" else bp, **settings)
+        theirs = ldpc_decode_all(ref, syn)
+        differ = np.flatnonzero((ours != theirs).any(axis=1))
+        assert differ.size == 0, f"{task} {bp} {osd} {order}: {differ.size} of {len(syn)} shots differ from ldpc"

@@ -36,6 +36,8 @@ struct bpod_decoder {
     /* BP state */
     double *b2c, *c2b, *llr, *aux; /* nnz, nnz, n, nnz (product-sum: tanh values) */
     uint8_t *syndrome, *hard;      /* m, n */
+    uint8_t *parity;               /* m: the syndrome of the hard decision */
+    double *colbuf;                /* the largest column degree: prefix sums of one column */
     uint32_t iterations;
     /* OSD state, bit-packed over rows (words_m) and over pivots (words_p) */
     uint32_t words_m, words_p, rank_cap;
@@ -50,6 +52,12 @@ struct bpod_decoder {
     uint32_t n_pivots, n_nonpivots;
     uint64_t *v, *comb, *target;   /* scratch: words_m, words_p, words_m */
     uint8_t *x, *best;             /* n */
+    /* OSD-CS/OSD-E candidates in "sorted pivot space": bit q is the q-th pivot in column order */
+    uint32_t *pos_of_slot, *col_at_pos; /* rank_cap: a pivot slot's position, a position's column */
+    uint64_t *scomb;               /* rank_cap * words_p: basis_comb of each slot in sorted space */
+    uint64_t *x0, *cand, *best_p;  /* words_p each: OSD-0's pivots, a candidate's, the best one's */
+    uint64_t *wcomb;               /* 64 * words_p: the sorted combination of each of the first w non-pivots */
+    uint32_t best_flips[64], best_count;
 };
 
 static __thread char last_error[512];
@@ -83,7 +91,8 @@ BL_API void bpod_free(bpod_decoder *d) {
     void *blocks[] = {d->row_ptr, d->col_idx, d->edge_row, d->col_ptr, d->col_edges, d->init_llr, d->cost,
                       d->b2c, d->c2b, d->llr, d->aux, d->syndrome, d->hard, d->colbits, d->basis_vec, d->leading,
                       d->basis_comb, d->basis_at, d->order, d->sort_tmp, d->pivots, d->nonpivots, d->v,
-                      d->comb, d->target, d->x, d->best};
+                      d->comb, d->target, d->x, d->best, d->pos_of_slot, d->col_at_pos,
+                      d->scomb, d->x0, d->cand, d->best_p, d->wcomb, d->parity, d->colbuf};
     for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; ++i) free(blocks[i]);
     free(d);
 }
@@ -106,8 +115,11 @@ static bpod_decoder *create_from(struct reader *r) {
     d->words_m = (m + 63) / 64 ? (m + 63) / 64 : 1;
     d->rank_cap = m < n ? m : n;
     d->words_p = (d->rank_cap + 63) / 64 ? (d->rank_cap + 63) / 64 : 1;
-#define ALLOC(field, count) \
-    if (!(d->field = calloc((size_t)(count) ? (size_t)(count) : 1, sizeof *d->field))) goto oom
+#define ALLOC(field, count)                                                              \
+    do {                                                                                 \
+        size_t count_ = (count);                                                         \
+        if (!(d->field = calloc(count_ ? count_ : 1, sizeof *d->field))) goto oom;       \
+    } while (0)
     ALLOC(row_ptr, m + 1);
     ALLOC(col_idx, nnz);
     ALLOC(edge_row, nnz);
@@ -135,6 +147,14 @@ static bpod_decoder *create_from(struct reader *r) {
     ALLOC(target, d->words_m);
     ALLOC(x, n);
     ALLOC(best, n);
+    ALLOC(parity, m);
+    ALLOC(pos_of_slot, d->rank_cap);
+    ALLOC(col_at_pos, d->rank_cap);
+    ALLOC(scomb, (size_t)d->rank_cap * d->words_p);
+    ALLOC(x0, d->words_p);
+    ALLOC(cand, d->words_p);
+    ALLOC(best_p, d->words_p);
+    ALLOC(wcomb, 64 * (size_t)d->words_p);
 #undef ALLOC
     for (uint32_t j = 0; j < n; ++j) {
         double p;
@@ -159,6 +179,12 @@ static bpod_decoder *create_from(struct reader *r) {
         }
     }
     for (uint32_t j = 0; j < n; ++j) d->col_ptr[j + 1] += d->col_ptr[j];
+    {
+        uint32_t deg = 1;
+        for (uint32_t j = 0; j < n; ++j)
+            if (d->col_ptr[j + 1] - d->col_ptr[j] > deg) deg = d->col_ptr[j + 1] - d->col_ptr[j];
+        if (!(d->colbuf = calloc(deg, sizeof *d->colbuf))) goto oom;
+    }
     {
         /* Edges of each column in row order: CSR is row-major, so a running fill does it. */
         uint32_t *fill = d->order; /* borrowed scratch */
@@ -208,28 +234,44 @@ BL_API bpod_decoder *bpod_create(const uint8_t *blob, uint64_t len) {
 
 /* ---- belief propagation ----------------------------------------------------------------- */
 
+/* One check's min-sum messages over its edges lo..lo+deg. Inlined with a constant deg for the common
+ * small degrees (the same operations in the same order). */
+static inline __attribute__((always_inline)) void check_min_sum(const double *b2c, double *c2b, uint32_t lo,
+                                                                uint32_t deg, unsigned parity, double alpha) {
+    double min1 = DBL_MAX, min2 = DBL_MAX;
+    uint32_t arg1 = 0;
+    for (uint32_t k = 0; k < deg; ++k) {
+        /* the two smallest |messages|, without branches (|messages| are data-dependent): when
+         * a < min1, min1 becomes the second smallest */
+        double a = fabs(b2c[lo + k]);
+        uint32_t lt = a < min1;
+        double hi2 = min1 > a ? min1 : a; /* maxsd, minsd: no NaN here */
+        arg1 ^= (arg1 ^ k) & (0u - lt);
+        min2 = hi2 < min2 ? hi2 : min2;
+        min1 = a < min1 ? a : min1;
+        parity ^= b2c[lo + k] <= 0.0;
+    }
+    /* other * (sign * alpha) = (other * alpha) * sign exactly: multiplying by -1 only negates */
+    static const double sign[2] = {1.0, -1.0};
+    double m1 = min1 * alpha, m2 = min2 * alpha;
+    for (uint32_t k = 0; k < deg; ++k) {
+        double v = k == arg1 ? m2 : m1;
+        /* the sign excludes this edge's own message */
+        c2b[lo + k] = v * sign[parity ^ (b2c[lo + k] <= 0.0)];
+    }
+}
+
 static void check_update_min_sum(bpod_decoder *d, double alpha) {
+    const double *b2c = d->b2c;
+    double *c2b = d->c2b;
     for (uint32_t i = 0; i < d->m; ++i) {
-        uint32_t lo = d->row_ptr[i], hi = d->row_ptr[i + 1];
-        double min1 = DBL_MAX, min2 = DBL_MAX;
-        uint32_t arg1 = lo;
-        unsigned parity = d->syndrome[i];
-        for (uint32_t e = lo; e < hi; ++e) {
-            double a = fabs(d->b2c[e]);
-            if (a < min1) {
-                min2 = min1;
-                min1 = a;
-                arg1 = e;
-            } else if (a < min2) {
-                min2 = a;
-            }
-            parity ^= d->b2c[e] <= 0.0;
-        }
-        for (uint32_t e = lo; e < hi; ++e) {
-            double other = e == arg1 ? min2 : min1;
-            /* the sign excludes this edge's own message */
-            double sign = (parity ^ (d->b2c[e] <= 0.0)) ? -1.0 : 1.0;
-            d->c2b[e] = other * (sign * alpha);
+        uint32_t lo = d->row_ptr[i], deg = d->row_ptr[i + 1] - lo;
+        unsigned s = d->syndrome[i];
+        switch (deg) {
+        case 3: check_min_sum(b2c, c2b, lo, 3, s, alpha); break;
+        case 4: check_min_sum(b2c, c2b, lo, 4, s, alpha); break;
+        case 6: check_min_sum(b2c, c2b, lo, 6, s, alpha); break;
+        default: check_min_sum(b2c, c2b, lo, deg, s, alpha); break;
         }
     }
 }
@@ -254,36 +296,53 @@ static void check_update_product_sum(bpod_decoder *d) {
     }
 }
 
-/* Posterior and bit-to-check messages. Sums run over a column's edges in row order:
- * llr = init + c2b[e0] + c2b[e1] + ...; b2c[e] = (init + the c2b before e) + (the c2b after e). */
-static int posterior_and_check(bpod_decoder *d) {
-    for (uint32_t j = 0; j < d->n; ++j) {
-        double acc = d->init_llr[j];
-        for (uint32_t k = d->col_ptr[j]; k < d->col_ptr[j + 1]; ++k) {
-            uint32_t e = d->col_edges[k];
-            d->b2c[e] = acc;
-            acc = acc + d->c2b[e];
-        }
-        d->llr[j] = acc;
-        d->hard[j] = acc <= 0.0;
+/* One column's posterior, hard decision and next bit-to-check messages over its edges ce[0..deg) (row
+ * order): llr = init + c2b[e0] + c2b[e1] + ...; b2c[e] = (init + the c2b before e) + (the c2b after
+ * e, summed from the last, from 0.0). Inlined with a constant deg for the common small degrees, so
+ * the compiler keeps the sums in registers; the operations and their order are the same. */
+static inline __attribute__((always_inline)) uint8_t column_pass(const uint32_t *ce, uint32_t deg, double init,
+                                                                const double *c2b, double *b2c, double *pre,
+                                                                double *llr) {
+    double acc = init;
+    for (uint32_t k = 0; k < deg; ++k) {
+        pre[k] = acc;
+        acc = acc + c2b[ce[k]];
     }
-    for (uint32_t i = 0; i < d->m; ++i) {
-        unsigned parity = 0;
-        for (uint32_t e = d->row_ptr[i]; e < d->row_ptr[i + 1]; ++e) parity ^= d->hard[d->col_idx[e]];
-        if (parity != d->syndrome[i]) return 0;
+    *llr = acc;
+    double suf = 0.0;
+    for (uint32_t k = deg; k-- > 0;) {
+        b2c[ce[k]] = pre[k] + suf;
+        suf = suf + c2b[ce[k]];
     }
-    return 1;
+    return acc <= 0.0;
 }
 
-static void suffix_messages(bpod_decoder *d) {
+/* Posterior, hard decision and next bit-to-check messages of every column; the syndrome of the
+ * hard decision is gathered on the way. 1 if it is the target: BP has converged (the b2c written
+ * are then unused). */
+static int posterior_and_check(bpod_decoder *d) {
+    const uint32_t *col_ptr = d->col_ptr, *col_edges = d->col_edges, *edge_row = d->edge_row;
+    const double *c2b = d->c2b;
+    double *b2c = d->b2c, *buf = d->colbuf;
+    uint8_t *par = d->parity;
+    memset(par, 0, d->m);
     for (uint32_t j = 0; j < d->n; ++j) {
-        double acc = 0.0;
-        for (uint32_t k = d->col_ptr[j + 1]; k-- > d->col_ptr[j];) {
-            uint32_t e = d->col_edges[k];
-            d->b2c[e] = d->b2c[e] + acc;
-            acc = acc + d->c2b[e];
+        uint32_t lo = col_ptr[j], deg = col_ptr[j + 1] - lo;
+        const uint32_t *ce = col_edges + lo;
+        double pre[4];
+        uint8_t h;
+        switch (deg) {
+        case 1: h = column_pass(ce, 1, d->init_llr[j], c2b, b2c, pre, &d->llr[j]); break;
+        case 2: h = column_pass(ce, 2, d->init_llr[j], c2b, b2c, pre, &d->llr[j]); break;
+        case 3: h = column_pass(ce, 3, d->init_llr[j], c2b, b2c, pre, &d->llr[j]); break;
+        case 4: h = column_pass(ce, 4, d->init_llr[j], c2b, b2c, pre, &d->llr[j]); break;
+        default: h = column_pass(ce, deg, d->init_llr[j], c2b, b2c, buf, &d->llr[j]); break;
         }
+        d->hard[j] = h;
+        if (h) /* hard decisions are sparse: only flipped bits touch the parity */
+            for (uint32_t k = 0; k < deg; ++k) par[edge_row[ce[k]]] ^= 1;
     }
+    return memcmp(par, d->syndrome, d->m) == 0;
 }
 
 static int run_bp(bpod_decoder *d) {
@@ -297,7 +356,6 @@ static int run_bp(bpod_decoder *d) {
             check_update_min_sum(d, alpha);
         }
         if (posterior_and_check(d)) return 1;
-        suffix_messages(d);
     }
     return 0;
 }
@@ -405,33 +463,77 @@ static int solve(bpod_decoder *d, const uint64_t *t, uint8_t *x) {
     return 1;
 }
 
-static double solution_cost(const bpod_decoder *d, const uint8_t *x) {
+/* Every candidate of OSD-CS and OSD-E is OSD-0's solution x0 with some non-pivot columns flipped and
+ * the pivots that restore the syndrome: solving is linear, so the pivots of a candidate are x0's XOR
+ * the pivot combination of each flipped column. The basis is fully reduced, so the combination of
+ * a column of H (always in the span) is the XOR of basis_comb over its bits on leading rows: no
+ * elimination per candidate. Combinations are kept in "sorted pivot space" (bit q = the q-th pivot
+ * in column order) so that a candidate's cost is summed over its columns in ascending order -- the
+ * order of a sum over all n columns, hence the same double, bit for bit -- without touching n. */
+
+/* Sorted pivot space: positions of the slots, and basis_comb of each slot carried over. */
+static void sort_pivot_space(bpod_decoder *d) {
+    uint32_t wp = d->words_p, r = d->n_pivots;
+    memset(d->x, 0, d->n);
+    for (uint32_t s = 0; s < r; ++s) d->x[d->pivots[s]] = 1;
+    uint32_t *slot_of = d->sort_tmp; /* column -> slot, scratch (the sort is done) */
+    for (uint32_t s = 0; s < r; ++s) slot_of[d->pivots[s]] = s;
+    for (uint32_t j = 0, q = 0; j < d->n; ++j)
+        if (d->x[j]) d->col_at_pos[q] = j, d->pos_of_slot[slot_of[j]] = q++;
+    memset(d->scomb, 0, sizeof(uint64_t) * (size_t)r * wp);
+    for (uint32_t s = 0; s < r; ++s) {
+        const uint64_t *bc = d->basis_comb + (size_t)s * wp;
+        uint64_t *out = d->scomb + (size_t)s * wp;
+        for (uint32_t w = 0; w < wp; ++w)
+            for (uint64_t bits = bc[w]; bits; bits &= bits - 1) {
+                uint32_t q = d->pos_of_slot[w * 64 + (uint32_t)__builtin_ctzll(bits)];
+                out[q / 64] |= 1ull << (q % 64);
+            }
+    }
+}
+
+/* out ^= the sorted pivot combination of column c (c depends on the pivots, or is one). */
+static void add_column_comb(const bpod_decoder *d, uint32_t c, uint64_t *out) {
+    uint32_t wm = d->words_m, wp = d->words_p;
+    const uint64_t *col = d->colbits + (size_t)c * wm;
+    for (uint32_t w = 0; w < wm; ++w)
+        for (uint64_t bits = col[w] & d->leading[w]; bits; bits &= bits - 1) {
+            const uint64_t *sc = d->scomb + (size_t)d->basis_at[w * 64 + (uint32_t)__builtin_ctzll(bits)] * wp;
+            for (uint32_t k = 0; k < wp; ++k) out[k] ^= sc[k];
+        }
+}
+
+/* The cost of the candidate with pivots p (sorted space) and the non-pivot columns flips[0..count)
+ * (ascending), summed in column order; stops once it reaches `bound` (costs are positive, so the
+ * sum can only grow: the candidate cannot be strictly better). */
+static double candidate_cost(const bpod_decoder *d, const uint64_t *p, const uint32_t *flips, uint32_t count,
+                             double bound) {
     double c = 0.0;
-    for (uint32_t j = 0; j < d->n; ++j)
-        if (x[j]) c += d->cost[j];
+    uint32_t f = 0;
+    for (uint32_t w = 0; w < d->words_p; ++w)
+        for (uint64_t bits = p[w]; bits; bits &= bits - 1) {
+            uint32_t col = d->col_at_pos[w * 64 + (uint32_t)__builtin_ctzll(bits)];
+            while (f < count && flips[f] < col) c += d->cost[flips[f++]];
+            c += d->cost[col];
+            if (c >= bound) return c;
+        }
+    while (f < count) c += d->cost[flips[f++]];
     return c;
 }
 
-/* Try the candidate flipping the non-pivot columns in `flips` (positions into nonpivots). */
-static void try_candidate(bpod_decoder *d, const uint32_t *flips, uint32_t count, double *best_cost) {
-    uint32_t wm = d->words_m;
-    memset(d->target, 0, sizeof(uint64_t) * wm);
-    for (uint32_t i = 0; i < d->m; ++i)
-        if (d->syndrome[i]) d->target[i / 64] |= 1ull << (i % 64);
-    for (uint32_t f = 0; f < count; ++f) {
-        const uint64_t *col = d->colbits + (size_t)d->nonpivots[flips[f]] * wm;
-        for (uint32_t w = 0; w < wm; ++w) d->target[w] ^= col[w];
-    }
-    if (!solve(d, d->target, d->x)) return;
-    for (uint32_t f = 0; f < count; ++f) d->x[d->nonpivots[flips[f]]] = 1;
-    double c = solution_cost(d, d->x);
+/* Keep the candidate (pivots in d->cand, flips ascending) if it is strictly cheaper. */
+static void consider(bpod_decoder *d, const uint32_t *flips, uint32_t count, double *best_cost) {
+    double c = candidate_cost(d, d->cand, flips, count, *best_cost);
     if (c < *best_cost) {
         *best_cost = c;
-        memcpy(d->best, d->x, d->n);
+        memcpy(d->best_p, d->cand, sizeof(uint64_t) * d->words_p);
+        memcpy(d->best_flips, flips, sizeof(uint32_t) * count);
+        d->best_count = count;
     }
 }
 
 static int run_osd(bpod_decoder *d) {
+    uint32_t wp = d->words_p;
     sort_by_llr(d);
     choose_pivots(d);
     memset(d->target, 0, sizeof(uint64_t) * d->words_m);
@@ -439,26 +541,62 @@ static int run_osd(bpod_decoder *d) {
         if (d->syndrome[i]) d->target[i / 64] |= 1ull << (i % 64);
     if (!solve(d, d->target, d->best)) return 0; /* the syndrome is not in H's column space */
     if (d->osd_method == OSD_0 || d->osd_order == 0) return 1;
-    double best_cost = solution_cost(d, d->best);
+    sort_pivot_space(d);
+    memset(d->x0, 0, sizeof(uint64_t) * wp);
+    for (uint32_t s = 0; s < d->n_pivots; ++s)
+        if (d->comb[s / 64] >> (s % 64) & 1) d->x0[d->pos_of_slot[s] / 64] |= 1ull << (d->pos_of_slot[s] % 64);
+    memcpy(d->best_p, d->x0, sizeof(uint64_t) * wp);
+    d->best_count = 0;
+    double best_cost = candidate_cost(d, d->x0, NULL, 0, INFINITY);
     uint32_t k = d->n_nonpivots, w = d->osd_order < k ? d->osd_order : k, flips[64];
+    for (uint32_t a = 0; a < w; ++a) { /* the first w non-pivots: flipped in pairs (CS) or subsets (E) */
+        uint64_t *wc = d->wcomb + (size_t)a * wp;
+        memset(wc, 0, sizeof(uint64_t) * wp);
+        add_column_comb(d, d->nonpivots[a], wc);
+    }
     if (d->osd_method == OSD_CS) {
         for (uint32_t a = 0; a < k; ++a) {
-            flips[0] = a;
-            try_candidate(d, flips, 1, &best_cost);
+            memcpy(d->cand, d->x0, sizeof(uint64_t) * wp);
+            if (a < w) {
+                for (uint32_t t = 0; t < wp; ++t) d->cand[t] ^= d->wcomb[(size_t)a * wp + t];
+            } else {
+                add_column_comb(d, d->nonpivots[a], d->cand);
+            }
+            flips[0] = d->nonpivots[a];
+            consider(d, flips, 1, &best_cost);
         }
         for (uint32_t a = 0; a < w; ++a)
             for (uint32_t b = a + 1; b < w; ++b) {
-                flips[0] = a, flips[1] = b;
-                try_candidate(d, flips, 2, &best_cost);
+                const uint64_t *ca = d->wcomb + (size_t)a * wp, *cb = d->wcomb + (size_t)b * wp;
+                for (uint32_t t = 0; t < wp; ++t) d->cand[t] = d->x0[t] ^ ca[t] ^ cb[t];
+                uint32_t x = d->nonpivots[a], y = d->nonpivots[b];
+                flips[0] = x < y ? x : y, flips[1] = x < y ? y : x;
+                consider(d, flips, 2, &best_cost);
             }
     } else { /* OSD_E: every nonempty subset of the first w non-pivot columns */
+        uint32_t by_col[64]; /* the first w non-pivots' positions, in column order */
+        for (uint32_t a = 0; a < w; ++a) {
+            uint32_t t = a;
+            for (; t > 0 && d->nonpivots[by_col[t - 1]] > d->nonpivots[a]; --t) by_col[t] = by_col[t - 1];
+            by_col[t] = a;
+        }
         for (uint64_t mask = 1; mask < (1ull << w); ++mask) {
             uint32_t count = 0;
-            for (uint32_t b = 0; b < w; ++b)
-                if (mask >> b & 1) flips[count++] = b;
-            try_candidate(d, flips, count, &best_cost);
+            memcpy(d->cand, d->x0, sizeof(uint64_t) * wp);
+            for (uint32_t t = 0; t < w; ++t) {
+                uint32_t a = by_col[t];
+                if (!(mask >> a & 1)) continue;
+                flips[count++] = d->nonpivots[a];
+                for (uint32_t u = 0; u < wp; ++u) d->cand[u] ^= d->wcomb[(size_t)a * wp + u];
+            }
+            consider(d, flips, count, &best_cost);
         }
     }
+    memset(d->best, 0, d->n);
+    for (uint32_t t = 0; t < wp; ++t)
+        for (uint64_t bits = d->best_p[t]; bits; bits &= bits - 1)
+            d->best[d->col_at_pos[t * 64 + (uint32_t)__builtin_ctzll(bits)]] = 1;
+    for (uint32_t f = 0; f < d->best_count; ++f) d->best[d->best_flips[f]] = 1;
     return 1;
 }
 
