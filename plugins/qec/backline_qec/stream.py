@@ -188,7 +188,9 @@ def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int 
             raise InvalidArgumentError(f"decoder {decoder!r} runs in Python, and an executor runs native code only: "
                                        "choose a native decoder (lut, bposd) or another place (thread, process)")
         executor = stack.enter_context(local_executor()) if runs_in == "executor" else None
-        placement = Placement(controller=Controller(), transport=transport, coprocessors=[
+        # the transport's own keys go to both ends (ucx's tls: one for both nodes), as the bench does
+        placement = Placement(controller=Controller(init_args=dict(transport_args or {})), transport=transport,
+                              coprocessors=[
             Coprocessor(name=COPROCESSOR, coprocessor_fn=engine_fn, runs_in=runs_in, endpoint=endpoint,
                         executor=executor, init_args=dict(transport_args or {}))])
     else:

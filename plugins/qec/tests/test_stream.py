@@ -40,7 +40,7 @@ def places() -> list[tuple[str, str, dict[str, str]]]:
     if plugins.names("executor") and _importable("backline_compiler"):  # the executor runs compiled code
         out.append(("memcpy", "executor", {}))
     if "ucx" in plugins.names("transport"):
-        out.append(("ucx", "process", {"tls": "shm"}))
+        out += [("ucx", "process", {"tls": "shm"}), ("ucx", "process", {"tls": "tcp"})]
     return out
 
 
