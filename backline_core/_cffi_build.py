@@ -59,3 +59,16 @@ ffibuilder.set_source(
 
 if __name__ == "__main__":
     ffibuilder.compile(verbose=True)
+
+
+def open_library(library: str, header: str, distribution: str) -> tuple[FFI, object]:
+    """``(ffi, lib)`` of a plugin's plain shared library at ``library``, declared from its own C header
+    (cffi's ABI mode), or ImportError saying to reinstall ``distribution`` when it is not built."""
+    ffi = FFI()
+    with open(header) as fh:
+        ffi.cdef(cdef_from_header(fh.read()))
+    try:
+        return ffi, ffi.dlopen(library)
+    except OSError as exc:  # only on a broken install
+        raise ImportError(f"{os.path.basename(library)} is not built ({exc}); reinstall {distribution} "
+                          "(pip install --no-build-isolation, with backline-core installed first)") from exc

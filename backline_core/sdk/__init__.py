@@ -24,7 +24,7 @@ from typing import Any
 _EXPORTS: dict[str, str] = {
     # the native runtime through cffi: constants and signatures come from backline.h
     "ffi": "_abi", "lib": "_abi", "check": "_abi", "last_error": "_abi", "load_symbol": "_abi",
-    "cdef_from_header": "_cffi_build",
+    "cdef_from_header": "_cffi_build", "open_library": "_cffi_build",
     # errors: every BL_E* status has its class
     "from_status": "_errors", "status_code": "_errors", "short_repr": "_errors",
     "InvalidArgumentError": "_errors", "RingFullError": "_errors", "NothingPostedError": "_errors",

@@ -4,24 +4,12 @@ from __future__ import annotations
 
 import os
 
-from cffi import FFI
+from backline_core.sdk import open_library
 
-from backline_core.sdk import cdef_from_header
+HERE = os.path.dirname(os.path.abspath(__file__))
+LIBRARY = os.path.join(HERE, "libbackline_lut.so")
 
-LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libbackline_lut.so")
-HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native", "lut.h")
-
-ffi = FFI()
-with open(HEADER) as _fh:
-    ffi.cdef(cdef_from_header(_fh.read()))
-
-try:
-    lib = ffi.dlopen(LIBRARY)
-except OSError as exc:  # pragma: no cover - only on a broken install
-    raise ImportError(
-        f"the native lookup-table decoder is not built ({exc}); reinstall backline-decoder-lut "
-        "(pip install --no-build-isolation, with backline-core installed first)"
-    ) from exc
+ffi, lib = open_library(LIBRARY, os.path.join(HERE, "native", "lut.h"), "backline-decoder-lut")
 
 
 def last_error() -> str:

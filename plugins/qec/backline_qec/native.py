@@ -1,25 +1,15 @@
-"""cffi (ABI mode) access to libbackline_qec.so, declared from its header stream.h."""
+"""cffi (ABI mode) access to libbackline_qec.so, the streaming engine and loop, declared from its header stream.h."""
 
 from __future__ import annotations
 
 import os
 
-from cffi import FFI
-
-from backline_core.sdk import cdef_from_header
+from backline_core.sdk import open_library
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LIBRARY = os.path.join(HERE, "libbackline_qec.so")
 
-ffi = FFI()
-with open(os.path.join(HERE, "native", "stream.h")) as _fh:
-    ffi.cdef(cdef_from_header(_fh.read()))
-
-try:
-    lib = ffi.dlopen(LIBRARY)
-except OSError as exc:  # pragma: no cover - only on a broken install
-    raise ImportError(f"the streaming engine is not built ({exc}); reinstall backline-qec "
-                      "(pip install --no-build-isolation, with backline-core installed first)") from exc
+ffi, lib = open_library(LIBRARY, os.path.join(HERE, "native", "stream.h"), "backline-qec")
 
 
 def last_error() -> str:
