@@ -15,8 +15,8 @@ import backline_core.sdk as sdk
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGINS = REPO / "plugins"
-ALLOWED = {"backline_core", "backline_core.sdk", "backline_core.sdk.build", "backline_core.sinter"}
-ALLOWED_IN_TESTS = ALLOWED | {"backline_core.testing", "backline_core.testing.conformance"}
+ALLOWED = {"backline_core", "backline_core.sdk", "backline_core.sdk.build"}
+ALLOWED_IN_TESTS = ALLOWED | {"backline_core.testing", "backline_core.testing.conformance", "backline_core.sinter"}
 
 
 def _plugin_files() -> list[Path]:

@@ -1,11 +1,12 @@
-"""``backline bench-decoder``: per-shot decode time through sinter's compiled-decoder API, against
+"""``backline bench-decoder``: per-shot decode time through the batch path sinter's compiled decoder calls, against
 the reference of each decoder in the same run.
 
 Every case is a detector error model: code-capacity cases (hypergraph-product, toric and
 bivariate-bicycle codes; independent X flips at ``p``, the code's Hz as detectors and its Z
 logicals as observables) and circuit-level memory experiments (rotated surface code d=5 r=5,
 colour code d=5 r=4, and the gross code's Z checks measured for a few rounds). For each,
-``bposd`` (``backline_core.sinter``'s ``decode_shots_bit_packed``: one native call) and
+``bposd`` (``DecoderFunction.decode_batch_packed``, what ``backline_core.sinter``'s
+``decode_shots_bit_packed`` calls: one native call) and
 ldpc's own sinter decoder's path (``ldpc.sinter_decoders.SinterBpOsdDecoder``: ldpc's matrices
 of the DEM, its ``BpOsdDecoder`` in a loop over the shots, without the files it reads and
 writes) decode the same bit-packed shots with the same parameters; the figure is the
@@ -102,12 +103,10 @@ class LdpcSinterPath:
 
 def bench_bposd(label: str, dem: Any, *, shots: int, repeats: int, seed: int, params: dict[str, Any]) -> dict[str, Any]:
     """bposd against ldpc's sinter path on ``dem``: seconds per shot and agreement."""
-    from backline_core.sinter import decoder
-
     dets = dem.compile_sampler(seed=seed).sample(shots, bit_packed=True)[0]
-    ours = decoder("bposd", **params).compile_decoder_for_dem(dem=dem)
+    ours = plugins.get("decoder", "bposd").build_from_dem(dem, **params)
     theirs = LdpcSinterPath(dem, params)
-    t_ours, t_ldpc, a, b = _compare(lambda: ours.decode_shots_bit_packed(bit_packed_detection_event_data=dets),
+    t_ours, t_ldpc, a, b = _compare(lambda: ours.decode_batch_packed(dets),
                                     lambda: theirs.decode_shots_bit_packed(bit_packed_detection_event_data=dets),
                                     repeats)
     return {"case": label, "decoder": "bposd", "reference": "ldpc sinter path", "detectors": dem.num_detectors,
@@ -118,13 +117,11 @@ def bench_bposd(label: str, dem: Any, *, shots: int, repeats: int, seed: int, pa
 def bench_pymatching(dem: Any, *, shots: int, repeats: int, seed: int) -> dict[str, Any]:
     import pymatching
 
-    from backline_core.sinter import decoder
-
     dets = dem.compile_sampler(seed=seed).sample(shots, bit_packed=True)[0]
-    ours = decoder("pymatching").compile_decoder_for_dem(dem=dem)
+    ours = plugins.get("decoder", "pymatching").build_from_dem(dem)
     theirs = pymatching.Matching.from_detector_error_model(dem)
     t_ours, t_ref, a, b = _compare(
-        lambda: ours.decode_shots_bit_packed(bit_packed_detection_event_data=dets),
+        lambda: ours.decode_batch_packed(dets),
         lambda: theirs.decode_batch(dets, bit_packed_shots=True, bit_packed_predictions=True), repeats)
     return {"case": "surface-d5-r5", "decoder": "pymatching", "reference": "PyMatching decode_batch",
             "detectors": dem.num_detectors, "shots": shots, "us_per_shot": 1e6 * t_ours / shots,
@@ -133,11 +130,9 @@ def bench_pymatching(dem: Any, *, shots: int, repeats: int, seed: int) -> dict[s
 
 
 def bench_lut(dem: Any, *, shots: int, repeats: int, seed: int) -> dict[str, Any]:
-    from backline_core.sinter import decoder
-
     dets = dem.compile_sampler(seed=seed).sample(shots, bit_packed=True)[0]
-    ours = decoder("lut").compile_decoder_for_dem(dem=dem)
-    t_ours, _, _, _ = _compare(lambda: ours.decode_shots_bit_packed(bit_packed_detection_event_data=dets),
+    ours = plugins.get("decoder", "lut").build_from_dem(dem)
+    t_ours, _, _, _ = _compare(lambda: ours.decode_batch_packed(dets),
                                lambda: None, repeats)
     return {"case": "surface-d3-r3", "decoder": "lut", "reference": "1 us per shot (the target)",
             "detectors": dem.num_detectors, "shots": shots, "us_per_shot": 1e6 * t_ours / shots,
@@ -165,7 +160,7 @@ def _cmd(args: argparse.Namespace) -> int:
     params = {"bp_method": args.bp_method, "max_iter": args.max_iter, "ms_scaling_factor": args.ms_scaling_factor,
               "osd_method": args.osd_method, "osd_order": args.osd_order}
     rows: list[dict[str, Any]] = []
-    print(f"per-shot decode time through sinter's decode_shots_bit_packed, median of {args.repeats}; "
+    print(f"per-shot decode time through decode_batch_packed (what sinter calls), median of {args.repeats}; "
           f"bposd {params}")
     for name in args.code if args.code is not None else CODE_CAPACITY:
         code = codes.named_code(name)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import resource
 import struct
-import time
 from typing import Any
 
 import numpy as np
@@ -232,7 +231,6 @@ def test_a_too_large_table_is_refused_with_its_estimate_before_anything_is_built
     assert patterns == 2000 + 2000 * 1999 // 2 + 2000 * 1999 * 1998 // 6
     m = check_matrices(h, np.ones((1, 2000), np.uint8))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    started = time.perf_counter()
     for build in (lambda: LutDecoder(h, depth=3), lambda: lut_function(m, depth=3),
                   lambda: plugins.get("decoder", "lut").build(h=h, depth=3)):
         with pytest.raises(InvalidArgumentError) as info:
@@ -240,7 +238,6 @@ def test_a_too_large_table_is_refused_with_its_estimate_before_anything_is_built
         assert str(info.value) == (
             f"lut: depth 3 over 2,000 columns needs about {need / 1e9:.1f} GB ({patterns:,} patterns); "
             "the limit is max_table_bytes=1073741824: lower depth or raise it")
-    assert time.perf_counter() - started < 1.0
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 20_000  # kB: no table, no identity
     with pytest.raises(InvalidArgumentError, match=r"needs about .* the limit is max_table_bytes=1000:"):
         lut_function(m, depth=1, max_table_bytes=1000)
