@@ -130,7 +130,8 @@ def _wilson(errors: int | None, n: int) -> list[float] | None:
         return None
     z, p = 1.959963984540054, errors / n
     centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return [max(0.0, centre - half), min(1.0, centre + half)]
+    # at 0 (or n) errors the bound is exactly 0 (or 1); the formula leaves rounding residue there
+    return [0.0 if errors == 0 else max(0.0, centre - half), 1.0 if errors == n else min(1.0, centre + half)]
 
 
 def _drive(sw: SlidingWindowDecoder, plan: bytes, dets: np.ndarray, cycle_ns: int, *, key: str | None,

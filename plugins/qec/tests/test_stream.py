@@ -249,3 +249,13 @@ def test_a_cycle_shorter_than_pacing_holds_is_warned_and_the_achieved_cycle_repo
     assert "warning: a 0.01 us cycle is shorter than busy-wait pacing holds" in proc.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["cycle_ns"] == 10 and report["achieved_cycle_ns"] > 10
+
+
+def test_the_ler_interval_is_exact_at_no_and_at_all_errors() -> None:
+    from backline_qec.stream import _wilson
+
+    assert _wilson(0, 300)[0] == 0.0 and 0 < _wilson(0, 300)[1] < 0.02
+    assert _wilson(300, 300)[1] == 1.0 and _wilson(300, 300)[0] > 0.98
+    low, high = _wilson(10, 1000)
+    assert low < 0.01 < high
+    assert _wilson(None, 10) is None
