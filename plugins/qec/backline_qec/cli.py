@@ -5,6 +5,7 @@
         [--transport T --runs-in R [--transport-arg K=V]... | --placement FILE.json]
         [--window W --commit C] [--cycle-us T]
         [--predictions FILE.b8] [--json FILE] [--plot FILE.png]
+    backline qec export-config CIRCUIT.stim|DEM.dem --decoder NAME [--decoder-param K=V]... [--out FILE]
 
 Each round of each shot goes to the placement's coprocessor once (docs/streaming.md); a short
 summary goes to stdout. Errors are one line on stderr and exit status 2.
@@ -155,6 +156,29 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export_config(args: argparse.Namespace) -> int:
+    import stim
+
+    from .cudaq.config import export_config
+
+    if args.source.endswith(".dem"):
+        text = read_input_text(args.source, what="the DEM", limit=MAX_CIRCUIT_BYTES)
+        try:
+            source: Any = stim.DetectorErrorModel(text)
+        except ValueError as exc:
+            raise BacklineError(f"{args.source}: not a stim DEM: {str(exc).splitlines()[0]}") from None
+    else:
+        source = read_circuit(args.source)
+    # the decoder's schema reads the parameters' text (export_config checks them)
+    text = export_config(source, args.decoder, params=dict(args.decoder_param), decoder_id=args.decoder_id)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 class _Given(argparse.Action):
     """Stores the value and notes that the option was given (a default is not a choice)."""
 
@@ -185,6 +209,13 @@ def parser() -> Parser:
     s.add_argument("--json", help="write the report (JSON)")
     s.add_argument("--plot", help="write latency CCDF, backlog and LER(t) (PNG)")
     s.set_defaults(func=_cmd_stream, transport_given=False, runs_in_given=False)
+    e = sub.add_parser("export-config", help="write a CUDA-Q QEC decoder config (YAML) of a circuit's or DEM's decoder")
+    e.add_argument("source", help="a stim circuit (.stim) or detector error model (.dem)")
+    e.add_argument("--decoder", required=True, help="lut, pymatching, bposd or bp")
+    e.add_argument("--decoder-param", type=_key_value, action="append", default=[], metavar="K=V")
+    e.add_argument("--decoder-id", type=int, default=0, help="its id in the config (default 0)")
+    e.add_argument("--out", help="write the YAML here (default: stdout)")
+    e.set_defaults(func=_cmd_export_config)
     return p
 
 

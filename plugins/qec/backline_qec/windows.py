@@ -30,6 +30,7 @@ import numpy as np
 import stim
 
 from backline_core import InvalidArgumentError, plugins
+from backline_core.sdk import check_matrices
 
 from .rounds import detector_rounds
 
@@ -156,9 +157,8 @@ class SlidingWindowDecoder:
 
     def __init__(self, circuit: stim.Circuit, name: str, *, window: int | None = None, commit: int | None = None,
                  **params: Any) -> None:
-        self.rounds = detector_rounds(circuit)
-        self.num_rounds = int(self.rounds.max()) + 1
-        self.windows = plan_windows(self.num_rounds, window, commit)
+        rounds = detector_rounds(circuit)
+        windows = plan_windows(int(rounds.max()) + 1, window, commit)
         if circuit.num_observables == 0:
             raise InvalidArgumentError("the circuit has no observables (no OBSERVABLE_INCLUDE): there is no logical "
                                        "outcome to predict")
@@ -166,10 +166,43 @@ class SlidingWindowDecoder:
         # decomposed for a decoder that matches on the decomposition only: stim cannot decompose every
         # circuit (a colour code's), and the decomposition changes the columns a matrix decoder sees
         try:
-            self.dem = circuit.detector_error_model(decompose_errors=record.decomposed_dem)
+            dem = circuit.detector_error_model(decompose_errors=record.decomposed_dem)
         except ValueError as exc:
             raise InvalidArgumentError(f"decoder {name!r} decodes a DEM decomposed into graphlike errors, and "
                                        f"stim cannot decompose this circuit's: {str(exc).splitlines()[0]}") from None
+        self._setup(dem, rounds, windows, record, params)
+
+    @classmethod
+    def from_matrices(cls, h: Any, o: Any, priors: Any, rounds: Any, name: str, *, window: int | None = None,
+                      commit: int | None = None, **params: Any) -> SlidingWindowDecoder:
+        """The windows of check matrix ``h`` (detectors x columns), observables ``o`` and ``priors``;
+        ``rounds[d]`` is detector ``d``'s round (0, 1, ...; every round holds a detector)."""
+        m = check_matrices(h, o, priors)
+        rounds = np.asarray(rounds)
+        if rounds.shape != (m.num_detectors,) or not np.issubdtype(rounds.dtype, np.integer):
+            raise InvalidArgumentError(f"rounds must be {m.num_detectors} whole numbers (one per row of H), got "
+                                       f"shape {rounds.shape} of {rounds.dtype}")
+        present = np.unique(rounds)
+        if present[0] != 0 or len(present) != int(present[-1]) + 1:
+            raise InvalidArgumentError(f"rounds must run 0, 1, ... with a detector in each; they hold "
+                                       f"{present[:8].tolist()}")
+        windows = plan_windows(int(present[-1]) + 1, window, commit)
+        # one DEM error per column, the detectors carrying their round as last coordinate as a circuit's do
+        lines = [f"detector(0, 0, {int(r)}) D{d}" for d, r in enumerate(rounds)]
+        for j in range(m.num_columns):
+            targets = [*(f"D{d}" for d in np.flatnonzero(m.h[:, j])), *(f"L{k}" for k in np.flatnonzero(m.o[:, j]))]
+            if targets:
+                lines.append(f"error({float(m.priors[j])!r}) " + " ".join(targets))
+        lines.append(f"logical_observable L{m.num_observables - 1}")
+        self = cls.__new__(cls)
+        self._setup(stim.DetectorErrorModel("\n".join(lines)), rounds.astype(np.int64), windows,
+                    plugins.get("decoder", name), params)
+        return self
+
+    def _setup(self, dem: stim.DetectorErrorModel, rounds: np.ndarray, windows: tuple[Window, ...], record: Any,
+               params: dict[str, Any]) -> None:
+        self.rounds, self.windows, self.dem = rounds, windows, dem
+        self.num_rounds = int(rounds.max()) + 1
         self.num_detectors, self.num_observables = self.dem.num_detectors, self.dem.num_observables
         #: the decoder's parameters, checked, with its defaults
         self.params = record.check_params(params)
