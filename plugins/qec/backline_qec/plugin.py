@@ -1,4 +1,4 @@
-"""Entry point: the ``backline qec`` command (``backline qec stream``)."""
+"""Entry points: the ``backline qec`` command (``backline qec stream``) and ``backline decoding-server``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,15 @@ def _command() -> Any:
     return main
 
 
+def _decoding_server() -> Any:
+    from .cudaq.cli import main
+
+    return main
+
+
 @hookimpl
 def backline_commands() -> list[Command]:
     return [Command(name="qec", summary="QEC workloads: stream a circuit's rounds to a decoder (backline qec stream)",
-                    load=_command)]
+                    load=_command),
+            Command(name="decoding-server", summary="CUDA-Q QEC's decoding server over UDP, decoders on placements "
+                                                    "(backline decoding-server --help)", load=_decoding_server)]
