@@ -92,3 +92,13 @@ def test_the_bench_warns_in_one_line_when_the_floor_is_far_above_ucx_perftest() 
 
 def test_no_warning_before_any_timed_block() -> None:
     assert Floor(HOST, 8).warning({"median_ns": 1.0}) is None
+
+
+@pytest.mark.defect("controller tls=auto and coprocessor tls=tcp on one host never connected: the first round timed out")
+@pytest.mark.parametrize("controller_tls, coprocessor_tls", [(None, "tcp"), ("tcp", None), ("shm", "tcp"), ("tcp", "shm")])
+def test_ends_that_cannot_reach_each_other_are_refused_at_the_handshake(controller_tls: str | None,
+                                                                         coprocessor_tls: str | None) -> None:
+    with pytest.raises(PeerError, match="UCX cannot connect them on one host; give both ends the same tls") as info:
+        with deploy(placement(free_port(HOST), controller_tls, coprocessor_tls), in_bytes=1, out_bytes=1) as d:
+            d.session("dec").round(bytes([1]))
+    assert f"tls={controller_tls or 'auto'}" in str(info.value) and f"tls={coprocessor_tls or 'auto'}" in str(info.value)

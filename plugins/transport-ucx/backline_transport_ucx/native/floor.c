@@ -165,7 +165,7 @@ static int32_t fl_aim(void *handle, const uint8_t *record, int same_host, const 
     struct bl_ucx_floor *h = handle;
     uint8_t peer[UX_ADDRESS_BYTES];
     size_t len;
-    int32_t rc = ux_address_get(record, peer, &len, who, err, n);
+    int32_t rc = ux_address_get(&h->w, record, same_host, peer, &len, who, err, n);
     if (rc || (rc = ux_ep_open(&h->w, peer, same_host, on_ep_error, h, &h->ep, err, n))) return rc;
     ux_ep_transports(h->ep, h->transports, sizeof h->transports);
     return BL_OK;

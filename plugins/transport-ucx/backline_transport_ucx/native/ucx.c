@@ -176,10 +176,10 @@ static void *ux_link_create(void *state, uint8_t *record, int32_t *rc, char *err
 
 /* Only the peer's address is kept: link_start, on the thread that drives the worker, makes its endpoint. */
 static int32_t ux_link_accept(void *state, void *link, const bl_remote_peer *peer, char *err, size_t n) {
-    (void)state;
     struct link *l = link;
     l->same_host = peer->same_host;
-    return ux_address_get(peer->record, l->addr, &l->addr_len, peer->who, err, n);
+    return ux_address_get(&((struct ux *)state)->w, peer->record, peer->same_host, l->addr, &l->addr_len, peer->who,
+                          err, n);
 }
 
 static int32_t ux_link_start(void *state, void *link, char *err, size_t n) {

@@ -91,14 +91,28 @@ int32_t ux_address_put(const ux_worker *w, uint8_t *p, char *err, size_t n) {
     bl_oob_put32(p, (uint32_t)w->address_len);
     memset(p + 4, 0, UX_ADDRESS_BYTES);
     memcpy(p + 4, w->address, w->address_len);
+    bl_oob_put32(p + 4 + UX_ADDRESS_BYTES, (uint32_t)w->tls);
     return BL_OK;
 }
 
-int32_t ux_address_get(const uint8_t *p, uint8_t *addr, size_t *len, const char *who, char *err, size_t n) {
-    uint32_t got = bl_oob_get32(p);
+int32_t ux_address_get(const ux_worker *w, const uint8_t *p, int same_host, uint8_t *addr, size_t *len,
+                       const char *who, char *err, size_t n) {
+    uint32_t got = bl_oob_get32(p), tls = bl_oob_get32(p + 4 + UX_ADDRESS_BYTES);
     if (!got || got > UX_ADDRESS_BYTES)
         return bl_oob_fail(err, n, BL_EPEER, "%s sent a worker address of %u bytes (1 to %u allowed)", who, got,
                            UX_ADDRESS_BYTES);
+    if (tls >= UX_TLS_COUNT) return bl_oob_fail(err, n, BL_EPEER, "%s sent tls %u, which is none of this build's", who, tls);
+    /* Shared memory and TCP have no transport in common, and the two ends must agree on whether
+     * the endpoint reports a failed peer (ux_ep_reports_failure): UCX never completes the wire-up
+     * otherwise, and the first round would only time out. */
+    int theirs = (int)tls, shm_tcp = (w->tls == UX_TLS_SHM && theirs == UX_TLS_TCP) ||
+                                     (w->tls == UX_TLS_TCP && theirs == UX_TLS_SHM);
+    int mine_reports = ux_ep_reports_failure(w, same_host);
+    int theirs_reports = theirs == UX_TLS_TCP || (theirs == UX_TLS_AUTO && !same_host);
+    if (shm_tcp || mine_reports != theirs_reports)
+        return bl_oob_fail(err, n, BL_EPEER, "this end has tls=%s and %s tls=%s: UCX cannot connect them%s; give both "
+                           "ends the same tls (the transport argument tls=... sets both)", ux_tls_name(w->tls), who,
+                           ux_tls_name(theirs), same_host ? " on one host" : "");
     memcpy(addr, p + 4, got);
     *len = got;
     return BL_OK;

@@ -29,8 +29,9 @@ const char *ux_tls_ucx(int tls);
  * transports a worker has); a longer one is refused with advice to choose fewer. */
 #define UX_ADDRESS_BYTES 2048u
 /* A worker address in a handshake: its length (u32, big-endian), then UX_ADDRESS_BYTES,
- * zero-padded. */
-#define UX_ADDRESS_RECORD_BYTES (4u + UX_ADDRESS_BYTES)
+ * zero-padded, then the worker's tls (u32, UX_TLS_*), so that ends that cannot reach each other
+ * say so at the handshake rather than time out on the first round. */
+#define UX_ADDRESS_RECORD_BYTES (4u + UX_ADDRESS_BYTES + 4u)
 
 typedef struct ux_worker {
     int tls; /* UX_TLS_* */
@@ -53,8 +54,10 @@ void ux_worker_close(ux_worker *w);
  * longer than a record holds. */
 int32_t ux_address_put(const ux_worker *w, uint8_t *p, char *err, size_t n);
 /* A peer's record into addr (UX_ADDRESS_BYTES) and *len; a length of 0 or more than a record
- * holds is BL_EPEER, naming `who`. */
-int32_t ux_address_get(const uint8_t *p, uint8_t *addr, size_t *len, const char *who, char *err, size_t n);
+ * holds is BL_EPEER, naming `who`, and so is a peer whose tls this worker cannot reach
+ * (same_host: the peer runs on this host), with advice to give both ends the same tls. */
+int32_t ux_address_get(const ux_worker *w, const uint8_t *p, int same_host, uint8_t *addr, size_t *len,
+                       const char *who, char *err, size_t n);
 
 /* An endpoint to the worker at `address`, on the thread that drives the worker; same_host: the
  * peer runs on this host (bl_remote_same_host of the handshake's connection). on_error(arg,
