@@ -10,20 +10,17 @@ never take the GIL unless a window decoder is a Python one.
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
-from backline_core import BoundFunction, CoprocessorFunction, InvalidArgumentError, NativeFunction
+from backline_core import CoprocessorFunction, InvalidArgumentError, NativeFunction
 
-from .native import LIBRARY, ffi, last_error, lib
+from . import native
+from .native import LIBRARY, Bound, ffi, last_error, lib
 from .windows import SlidingWindowDecoder
 
-#: the engine's context: u32 plan bytes | plan | JSON of the window decoders' descriptions
-_CONTEXT_HEADER = struct.Struct("<I")
 
 
 def encode_plan(sw: SlidingWindowDecoder) -> bytes:
@@ -61,44 +58,29 @@ def engine_function(sw: SlidingWindowDecoder) -> CoprocessorFunction:
         return CoprocessorFunction(name="qec-stream", library=LIBRARY, symbol="qs_engine_fn",
                                    init_symbol="qs_engine_init", fini_symbol="qs_engine_fini", decoder_ids=ids,
                                    context=native_context(plan, sw.decoders), reply_bits=sw.num_observables)
-    described = json.dumps([d.to_dict() for d in sw.decoders], separators=(",", ":")).encode()
     return CoprocessorFunction(name="qec-stream", python_init=engine_init, decoder_ids=ids,
-                               context=_CONTEXT_HEADER.pack(len(plan)) + plan + described,
+                               context=native.python_context(plan, sw.decoders),
                                reply_bits=sw.num_observables)
 
 
 def native_context(plan: bytes, decoders: Sequence[CoprocessorFunction]) -> bytes:
     """``qs_engine_init``'s context (stream.h): the plan, then each window decoder's library,
-    symbol, init and fini symbols and context."""
-    def field(data: bytes) -> bytes:
-        return struct.pack("<I", len(data)) + data
-
-    parts = [struct.pack("<I", len(plan)), plan, bytes(-len(plan) % 4), struct.pack("<I", len(decoders))]
-    for d in decoders:
-        parts += [field(str(d.library).encode()), field(str(d.symbol).encode()),
-                  field((d.init_symbol or "").encode()), field((d.fini_symbol or "").encode()), field(d.context)]
-    return b"".join(parts)
+    symbol, init and fini symbols and context (the layout the CUDA-Q session shares, native.py)."""
+    return native.native_context(plan, decoders)
 
 
-def split_context(context: bytes) -> tuple[bytes, list[dict[str, Any]]]:
-    (n,) = _CONTEXT_HEADER.unpack_from(context)
-    return context[4:4 + n], json.loads(context[4 + n:])
+def split_context(context: bytes) -> tuple[bytes, list[CoprocessorFunction]]:
+    return native.split_python_context(context)
 
 
 class Engine:
     """The native engine over window decoders bound in this process."""
 
     def __init__(self, plan: bytes, decoders: Sequence[CoprocessorFunction]) -> None:
-        from backline_core.sdk import ffi as core_ffi  # the bound functions' pointers are the core's cdata
-
-        self.bound: list[BoundFunction] = []
         self.ptr = ffi.NULL
-        for d in decoders:
-            self.bound.append(BoundFunction(d))
-        fns = ffi.new("qs_fn[]", [ffi.cast("qs_fn", int(core_ffi.cast("uintptr_t", b.fn))) for b in self.bound])
-        ctxs = ffi.new("void *[]", [ffi.cast("void *", int(core_ffi.cast("uintptr_t", b.ctx))) for b in self.bound])
+        self.inner = Bound(decoders)
         self.plan = plan
-        self.ptr = lib.qs_engine_create(plan, len(plan), fns, ctxs, len(self.bound))
+        self.ptr = lib.qs_engine_create(plan, len(plan), self.inner.fns, self.inner.ctxs, len(self.inner.bound))
         if self.ptr == ffi.NULL:
             self.close()
             raise InvalidArgumentError(f"the streaming engine refused its plan: {last_error()}")
@@ -111,11 +93,10 @@ class Engine:
         ptr, self.ptr = self.ptr, ffi.NULL
         if ptr != ffi.NULL:
             lib.qs_engine_free(ptr)
-        for b in self.bound:
-            b.close()
+        self.inner.close()
 
 
 def engine_init(context: bytes) -> NativeFunction:
     """``python_init`` of the engine function: bind the window decoders here and build the engine."""
-    plan, described = split_context(context)
-    return Engine(plan, [CoprocessorFunction.from_dict(d) for d in described]).native()
+    plan, decoders = split_context(context)
+    return Engine(plan, decoders).native()

@@ -41,7 +41,8 @@ class RpcError(BacklineError):
 
 class Client:
     """Requests to a decoding server's UDP rings: one request in flight, each reply awaited with a
-    deadline (a reply whose request_id is not the one awaited is a late one, and is skipped)."""
+    deadline (a reply whose request_id is not the one awaited is a late one, and is skipped).
+    :class:`SessionClient` sends the same requests as rounds of a Backline session instead."""
 
     def __init__(self, ports: dict[int, int], host: str = "127.0.0.1", *, slot_size: int = wire.DEFAULT_SLOT_SIZE,
                  timeout_s: float = 5.0) -> None:
@@ -98,6 +99,31 @@ class Client:
         header, _ = self.call(decoder_id, wire.RESET_DECODER, wire.encode_reset(decoder_id))
         if header.status != Status.OK:
             raise RpcError("reset_decoder", header.status)
+
+
+class SessionClient(Client):
+    """CUDA-Q's requests as rounds of a Backline controller session (any transport: memcpy, ucx,
+    rdma) whose coprocessor runs the CUQR session function (:func:`.session.session_function`):
+    a round is one request slot, its reply the response slot. The round's own deadline bounds the
+    wait (the transport's); the session is the caller's to close."""
+
+    def __init__(self, session: Any, *, slot_size: int = wire.DEFAULT_SLOT_SIZE) -> None:
+        self.session, self.slot_size = session, slot_size
+        self._ids = itertools.count(1)
+
+    def close(self) -> None:
+        """Nothing to close: the session belongs to the caller."""
+
+    def call(self, decoder_id: int, function_id: int, payload: bytes, *, ptp_timestamp: int = 0
+             ) -> tuple[wire.ResponseHeader, bytes]:
+        """One request as one round; its (response header, result)."""
+        request_id = next(self._ids) & 0xFFFFFFFF
+        reply = self.session.round(wire.encode_request(function_id, payload, request_id=request_id,
+                                                       ptp_timestamp=ptp_timestamp, slot_size=self.slot_size))
+        header, result = wire.decode_response(reply, self.slot_size)
+        if header.request_id != request_id:
+            raise BacklineError(f"the reply answers request {header.request_id}, not {request_id}")
+        return header, result
 
 
 @contextlib.contextmanager

@@ -2,8 +2,10 @@
 
 It speaks their UDP transport: one socket ("ring") per decoder, one datagram per request, the
 response a whole slot sent back to the request's source. Each decoder is deployed on its own
-placement (default memcpy, a thread) and each completed shot is one ``session.round``. The sessions'
-semantics are :mod:`.session`'s; docs/cudaq-interop.md, "backline decoding-server".
+placement (default memcpy, a thread) whose coprocessor runs the native CUQR session
+(:mod:`.session`); each valid request is one round of a whole slot. Per datagram nothing runs in
+Python: cuqr_session.c's ``cq_server_poll`` receives, classifies, routes and replies, and returns
+here at least every :data:`POLL_S`. docs/cudaq-interop.md, "backline decoding-server".
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import ipaddress
-import selectors
 import socket
 import sys
 import time
@@ -20,11 +21,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from backline_core import BacklineError, Controller, Coprocessor, InvalidArgumentError, Placement, deploy
+from backline_core import BacklineError, Controller, Coprocessor, InvalidArgumentError, Placement, deploy, get_library
 
+from ..native import cq_last_error, ffi, lib
 from . import wire
 from .config import MAX_DECODERS
-from .session import DecodingSession, Dispatcher
+from .session import (BAD_KINDS, BAD_TEXT, DROP_KINDS, DROP_TEXT, SessionDecoder, session_function, split_counts,
+                      with_slot_bytes)
 
 #: the coprocessor's name in the placement the server makes, followed by the decoder id (a process
 #: registers each coprocessor's session under its name, so every decoder needs its own)
@@ -32,8 +35,6 @@ COPROCESSOR = "decoder"
 LOOPBACK = "127.0.0.1"
 #: how often the serving loop looks at its stop flag and deadline
 POLL_S = 0.1
-#: the most datagrams read from one socket before the others get a turn
-BURST = 64
 
 
 @dataclass
@@ -62,19 +63,24 @@ def _resolve(host: str) -> tuple[int, str]:
     return family, sockaddr[0]
 
 
-def decoder_placement(config: Any, placement: Placement | None = None) -> Placement:
+def decoder_placement(config: Any, placement: Placement | None = None,
+                      slot_size: int = wire.DEFAULT_SLOT_SIZE) -> Placement:
     """The placement one decoder runs on: ``placement``'s single coprocessor with the decoder's
-    function, or memcpy with the coprocessor in a thread; the coprocessor's name ends in the id."""
-    function = config.build()
+    CUQR session function, or memcpy with the coprocessor in a thread; the coprocessor's name ends
+    in the id."""
+    function = session_function([SessionDecoder.from_config(config)], slot_size)
+    args = with_slot_bytes({}, slot_size)  # the transport's slots carry whole CUQR slots
     if placement is None:
-        return Placement(controller=Controller(), transport="memcpy", coprocessors=[
-            Coprocessor(name=f"{COPROCESSOR}{config.id}", coprocessor_fn=function, runs_in="thread")])
+        return Placement(controller=Controller(init_args=args), transport="memcpy", coprocessors=[
+            Coprocessor(name=f"{COPROCESSOR}{config.id}", coprocessor_fn=function, runs_in="thread",
+                        init_args=args)])
     if len(placement.coprocessors) != 1:
         raise InvalidArgumentError(f"the placement has {len(placement.coprocessors)} coprocessors; each decoder "
                                    "runs on one")
     node = placement.coprocessors[0]
     return dataclasses.replace(placement, coprocessors=[
-        dataclasses.replace(node, name=f"{node.name}{config.id}", coprocessor_fn=function)])
+        dataclasses.replace(node, name=f"{node.name}{config.id}", coprocessor_fn=function,
+                            init_args=with_slot_bytes(node.init_args, slot_size))])
 
 
 class DecodingServer:
@@ -101,8 +107,9 @@ class DecodingServer:
         if not 1 <= num_slots <= 4096:
             raise InvalidArgumentError(f"--num-slots {num_slots} is not in 1..4096")
         smallest = wire.HEADER_BYTES + wire.ENQUEUE_FIXED_BYTES + 1
-        if not smallest <= slot_size <= 65507:
-            raise InvalidArgumentError(f"--slot-size {slot_size} is not in {smallest}..65507 (a UDP datagram)")
+        if not smallest <= slot_size <= wire.MAX_SLOT_SIZE:
+            raise InvalidArgumentError(f"--slot-size {slot_size} is not in {smallest}..{wire.MAX_SLOT_SIZE} "
+                                       "(a UDP datagram)")
         for c in configs:
             need = wire.HEADER_BYTES + wire.packed_bytes(c.num_observables)
             if need > slot_size:
@@ -118,10 +125,12 @@ class DecodingServer:
         self.placement = placement
         self.log = log if log is not None else (lambda text: print(text, file=sys.stderr, flush=True))
         self.rings: list[Ring] = []
-        self.dispatcher: Dispatcher | None = None
+        self.dropped: Counter[str] = Counter()  # no reply: truncated header, oversized, magic, function
+        self.malformed: Counter[str] = Counter()  # answered BAD_REQUEST: truncated, oversized, invalid payloads
         self.send_errors = 0
         self._stack = contextlib.ExitStack()
-        self._selector: selectors.BaseSelector | None = None
+        self._loop: Any = None  # cq_server *
+        self._logged: set[tuple[str, str]] = set()
 
     def __enter__(self) -> DecodingServer:
         try:
@@ -136,15 +145,11 @@ class DecodingServer:
 
     def start(self) -> None:
         """Deploy every decoder, then bind its socket (a slow decoder build comes before readiness)."""
-        sessions: dict[int, DecodingSession] = {}
+        keys = []
         for c in self.configs:
-            d = self._stack.enter_context(deploy(decoder_placement(c, self.placement),
-                                                 in_bytes=max(1, wire.packed_bytes(c.syndrome_size)),
-                                                 out_bytes=max(1, wire.packed_bytes(c.num_observables))))
-            coprocessor = d.session()
-            sessions[c.id] = DecodingSession.from_config(c, coprocessor.round)
-        self.dispatcher = Dispatcher(sessions, self.slot_size, log=self.log)
-        self._selector = self._stack.enter_context(selectors.DefaultSelector())
+            d = self._stack.enter_context(deploy(decoder_placement(c, self.placement, self.slot_size),
+                                                 in_bytes=self.slot_size, out_bytes=self.slot_size))
+            keys.append(d.session().key)
         for c in self.configs:
             sock = self._stack.enter_context(socket.socket(self.family, socket.SOCK_DGRAM))
             with contextlib.suppress(OSError):  # room for num_slots whole slots; the kernel may round it
@@ -155,9 +160,23 @@ class DecodingServer:
                 raise BacklineError(f"cannot bind UDP {self.host}:{self.port} for decoder {c.id}: "
                                     f"{exc.strerror or exc}") from None
             sock.setblocking(False)
-            ring = Ring(c.id, sock, sock.getsockname()[1])
-            self._selector.register(sock, selectors.EVENT_READ, ring)
-            self.rings.append(ring)
+            self.rings.append(Ring(c.id, sock, sock.getsockname()[1]))
+        c_keys = [ffi.new("char[]", k.encode()) for k in keys]
+        loop = lib.cq_server_create(get_library().encode(), ffi.new("char *[]", c_keys),
+                                    ffi.new("int32_t[]", [r.sock.fileno() for r in self.rings]),
+                                    ffi.new("int64_t[]", [r.decoder_id for r in self.rings]), len(self.rings),
+                                    self.slot_size)
+        if loop == ffi.NULL:
+            raise BacklineError(f"the serving loop did not start: {cq_last_error()}")
+        # closed before the deployments and sockets it uses (the stack unwinds last in, first out)
+        self._stack.callback(self._close_loop)
+        self._loop = loop
+
+    def _close_loop(self) -> None:
+        if self._loop is not None:
+            self._update()
+            loop, self._loop = self._loop, None
+            lib.cq_server_free(loop)
 
     def ready_line(self) -> str:
         rings = " ".join(f"ring{r.decoder_id}={r.port}" for r in self.rings)
@@ -169,54 +188,45 @@ class DecodingServer:
 
     def serve(self, should_stop: Callable[[], bool], timeout_s: float | None = None) -> None:
         """Answer requests until ``should_stop()`` or ``timeout_s`` seconds (None: no limit) pass."""
-        assert self._selector is not None and self.dispatcher is not None, "start() first"
+        assert self._loop is not None, "start() first"
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not should_stop():
             wait = POLL_S if deadline is None else min(POLL_S, deadline - time.monotonic())
             if wait <= 0:
                 break
-            for key, _ in self._selector.select(wait):
-                self._drain(key.data)
+            # native: polls, receives, answers; back here within wait (signals, the stop flag)
+            if lib.cq_server_poll(self._loop, max(1, int(wait * 1000))) != 0:
+                raise BacklineError(f"the serving loop failed: {cq_last_error()}")
+            self._update()
 
-    def _drain(self, ring: Ring) -> None:
-        assert self.dispatcher is not None
-        for _ in range(BURST):
-            try:
-                # 64 KiB: any datagram whole, so one longer than a slot is seen as such and dropped
-                message, peer = ring.sock.recvfrom(65536)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:  # e.g. ICMP port unreachable reported for an earlier reply
-                self._send_error(f"receive on decoder {ring.decoder_id}'s socket: {exc.strerror or exc}")
-                continue
-            response = self.dispatcher.handle(message)
-            if response is None:
-                continue
-            ring.dispatched += 1
-            try:
-                ring.sock.sendto(response, peer)
-            except OSError as exc:
-                self._send_error(f"reply to {peer}: {exc.strerror or exc}")
-
-    def _send_error(self, message: str) -> None:
-        self.send_errors += 1
-        if self.send_errors == 1:
-            self.log(f"backline decoding-server: {message} (further socket errors are counted, not logged)")
+    def _update(self) -> None:
+        """Read the loop's counts; log the first message of each kind turned away."""
+        for i, ring in enumerate(self.rings):
+            ring.dispatched = int(lib.cq_server_dispatched(self._loop, i))
+        c = ffi.new("cq_counts *")
+        lib.cq_server_counts(self._loop, c)
+        self.dropped, self.malformed = split_counts(c)
+        for counter, texts, what in ((self.dropped, DROP_TEXT, "dropped"),
+                                     (self.malformed, BAD_TEXT, "answered BAD_REQUEST")):
+            for kind in counter:
+                if (what, kind) not in self._logged:
+                    self._logged.add((what, kind))
+                    self.log(f"backline decoding-server: {texts[kind]} (further {kind} messages {what} are "
+                             "counted, not logged)")
+        errors = int(c.socket_errors + c.round_errors)
+        if errors and not self.send_errors:
+            first = ffi.string(lib.cq_server_first_error(self._loop)).decode(errors="replace")
+            self.log(f"backline decoding-server: {first} (further socket and round errors are counted, not logged)")
+        self.send_errors = errors
 
     def summary_lines(self) -> list[str]:
         """What it served: their RING lines, then the messages it turned away."""
         lines = [f"QEC_DECODING_SERVER_RING decoder={r.decoder_id} dispatched={r.dispatched}" for r in self.rings]
         lines.append(f"QEC_DECODING_SERVER_DISPATCHED count={sum(r.dispatched for r in self.rings)}")
-        d = self.dispatcher
-        dropped: Counter[str] = d.dropped if d else Counter()
-        malformed: Counter[str] = d.malformed if d else Counter()
-        lines.append("QEC_DECODING_SERVER_DROPPED " + " ".join(
-            f"{k}={dropped[k]}" for k in ("truncated", "oversized", "magic", "function")))
-        lines.append("QEC_DECODING_SERVER_BAD_REQUESTS " + " ".join(
-            f"{k}={malformed[k]}" for k in ("truncated", "oversized", "invalid")))
+        lines.append("QEC_DECODING_SERVER_DROPPED " + " ".join(f"{k}={self.dropped[k]}" for k in DROP_KINDS))
+        lines.append("QEC_DECODING_SERVER_BAD_REQUESTS " + " ".join(f"{k}={self.malformed[k]}" for k in BAD_KINDS))
         return lines
 
     def close(self) -> None:
         """Close the sockets and the deployments (idempotent)."""
         self._stack.close()
-        self._selector = None

@@ -1,212 +1,214 @@
-"""The decoding sessions of CUDA-Q QEC's decoding server, one per decoder, independent of transport.
+"""CUDA-Q QEC's decoding session, native: a handle over cuqr_session.c's coprocessor function.
 
-Behaviour follows their ``DecodingSession`` (cudaqx ``decoding-server-cqr``), the decoder's own
-``enqueue_syndrome`` accumulation (``decoder.cpp``) and their server's request routing
-(``dispatch_rpc``); docs/cudaq-interop.md, "Wire format and sessions", lists every corner. The
-decode itself is a callable, packed detection events -> packed observable flips (a Backline
-coprocessor's ``session.round`` in the server), so these classes never touch a socket.
+The semantics -- measurements accumulate until a shot is complete, D·m mod 2, the completing
+enqueue decodes, corrections XOR-accumulate until reset, latched failures, the order of
+get_corrections' checks, routing by decoder_id -- live in C only (docs/cudaq-interop.md,
+"Wire format and sessions"). A session's round is one whole request slot and its reply the whole
+response slot, so it runs on any coprocessor (:func:`session_function`) or in this process
+(:class:`Session`).
 """
 
 from __future__ import annotations
 
-import sys
+import struct
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import wire
-from .wire import Status, WireError
+from backline_core import CoprocessorFunction, InvalidArgumentError, NativeFunction
 
-Decode = Callable[[bytes], bytes]
+from .. import native
+from ..native import LIBRARY, Bound, cq_last_error, ffi, lib
+from . import wire
 
 COLLECTING, RESULT_READY, FAILED = "collecting", "result_ready", "failed"
+_STATES = {lib.CQ_COLLECTING: COLLECTING, lib.CQ_RESULT_READY: RESULT_READY, lib.CQ_FAILED: FAILED}
+
+#: why a message got no reply (cuqr_session.h's CQ_DROP_*), and why one was answered BAD_REQUEST (CQ_BAD_*)
+DROP_KINDS = ("truncated", "oversized", "magic", "function")
+BAD_KINDS = ("truncated", "oversized", "invalid")
+#: what a server logs at the first message of each kind
+DROP_TEXT = {"truncated": "dropped a datagram shorter than the 24-byte request header",
+             "oversized": "dropped a datagram longer than the slot",
+             "magic": "dropped a datagram whose magic is not 'CUQR'",
+             "function": "dropped a request for an unknown function_id"}
+BAD_TEXT = {"truncated": "answered BAD_REQUEST to a request shorter than its arg_len or its handler's arguments",
+            "oversized": "answered BAD_REQUEST to a request whose arg_len exceeds the slot",
+            "invalid": "answered BAD_REQUEST to an enqueue_syndromes whose num_syndromes is not in 1..2^20"}
 
 
-class DecodingSession:
-    """One decoder's shot state: measurements accumulate until a shot's worth has arrived, the
-    enqueue that completes it decodes, and the observable corrections XOR-accumulate (as their
-    decoder's do) until ``get_corrections(reset=True)`` or ``reset_decoder`` clears them."""
+#: a transport slot's header (the core's BL_FRAME_HEADER_BYTES); slot_bytes is a multiple of 64
+_FRAME_HEADER_BYTES, _SLOT_ALIGN = 32, 64
 
-    def __init__(self, decoder_id: int, num_measurements: int, num_observables: int, decode: Decode,
-                 D: np.ndarray | None = None) -> None:
-        if num_measurements < 1 or num_observables < 0:
-            raise ValueError(f"decoder {decoder_id}: {num_measurements} measurements and {num_observables} "
-                             "observables a shot")
-        if D is not None:
-            D = np.asarray(D, dtype=np.uint8)
-            if D.ndim != 2 or D.shape[1] != num_measurements:
-                raise ValueError(f"decoder {decoder_id}: D has shape {D.shape}, not (detectors, {num_measurements})")
-        self.decoder_id = decoder_id
-        self.num_measurements = num_measurements
-        self.num_observables = num_observables
-        self._decode = decode
-        # int32 so D @ m counts without overflow before the mod 2
-        self._D = None if D is None else D.astype(np.int32)
-        self._measurements = np.zeros(num_measurements, dtype=np.uint8)
-        self._accepted = 0
-        self.corrections = np.zeros(num_observables, dtype=np.uint8)
-        self.state = COLLECTING
-        self.last_error: str | None = None
-        self.counts: Counter[str] = Counter()  # enqueue, get_corrections, reset, decode, error
+
+def slot_bytes(slot_size: int) -> int:
+    """The transport's ``slot_bytes`` (init_args) whose slots carry one ``slot_size``-byte CUQR slot."""
+    return -(-(slot_size + _FRAME_HEADER_BYTES) // _SLOT_ALIGN) * _SLOT_ALIGN
+
+
+def with_slot_bytes(init_args: Any, slot_size: int) -> dict[str, Any]:
+    """``init_args`` with ``slot_bytes`` raised (never lowered) to carry ``slot_size``-byte slots."""
+    args = dict(init_args or {})
+    args["slot_bytes"] = max(int(args.get("slot_bytes", 0)), slot_bytes(slot_size))
+    return args
+
+
+@dataclass(frozen=True)
+class SessionDecoder:
+    """One decoder of a session: its id, its shot's size, D (detectors x measurements, 0/1) or None
+    (the measurements are the detectors), and its inner function (packed detection events ->
+    packed observable flips; a callable of bytes works in this process only)."""
+
+    decoder_id: int
+    num_measurements: int
+    num_observables: int
+    function: CoprocessorFunction | Callable[[bytes], bytes]
+    D: np.ndarray | None = None
 
     @classmethod
-    def from_config(cls, config: Any, decode: Decode) -> DecodingSession:
-        """From a :class:`~backline_qec.cudaq.config.DecoderConfig` and its decode."""
-        return cls(config.id, config.num_measurements, config.num_observables, decode, config.D)
+    def from_config(cls, config: Any) -> SessionDecoder:
+        """From a :class:`~backline_qec.cudaq.config.DecoderConfig` (its decoder built here)."""
+        return cls(config.id, config.num_measurements, config.num_observables, config.build(), config.D)
 
-    def _fail(self, message: str) -> None:
-        self.counts["error"] += 1
-        self.state = FAILED
-        self.last_error = message
-
-    def enqueue(self, request: wire.EnqueueRequest) -> Status:
-        """Take a request's measurements; OK whenever they were received (a failure is latched and
-        surfaces at the next get_corrections), BAD_REQUEST for a syndrome mapping other than 0."""
-        self.counts["enqueue"] += 1
-        if request.syndrome_mapping_id != 0:
-            # theirs: only the identity mapping is honoured, and the shot is failed
-            self._fail(f"syndrome_mapping_id {request.syndrome_mapping_id} (only 0 is supported)")
-            return Status.BAD_REQUEST
-        if self.state == FAILED:
-            return Status.OK  # the shot's history is unknowable: ignored until reset_decoder
-        self.state = COLLECTING  # any new input starts a new volume; the old result is no longer ready
-        n = request.num_syndromes
-        if self._accepted + n > self.num_measurements:
-            self._fail(f"{self._accepted} + {n} measurements exceed the {self.num_measurements} a shot has")
-            return Status.OK
-        self._measurements[self._accepted:self._accepted + n] = request.bits
-        self._accepted += n
-        if self._accepted == self.num_measurements:
-            try:
-                self._run_decode()
-            except Exception as exc:  # noqa: BLE001 - any failure of the decode is latched, as theirs
-                self._fail(f"decode failed: {type(exc).__name__}: {exc}")
-                return Status.OK
-            self._accepted = 0
-            self.state = RESULT_READY
-        return Status.OK
-
-    def _run_decode(self) -> None:
-        m = self._measurements
-        detectors = m if self._D is None else ((self._D @ m) & 1).astype(np.uint8)
-        reply = self._decode(wire.pack_bits(detectors))
-        expected = wire.packed_bytes(self.num_observables)
-        if len(reply) != expected:
-            raise ValueError(f"the decoder replied {len(reply)} bytes, not {expected}")
-        self.corrections ^= wire.unpack_bits(reply, self.num_observables)
-        self.counts["decode"] += 1
-
-    def malformed_enqueue(self) -> Status:
-        """An enqueue whose payload does not parse: BAD_REQUEST, and the shot is failed (theirs)."""
-        self.counts["enqueue"] += 1
-        self._fail("a malformed enqueue_syndromes")
-        return Status.BAD_REQUEST
-
-    def get_corrections(self, return_size: int, reset: bool = False,
-                        capacity: int | None = None) -> tuple[Status, bytes]:
-        """(status, packed corrections); ``capacity``: the most result bytes the reply can carry."""
-        self.counts["get_corrections"] += 1
-        if return_size <= 0:
-            self.counts["error"] += 1
-            return Status.BAD_REQUEST, b""
-        if self.state == FAILED:
-            return Status.INTERNAL_ERROR, b""  # sticky until reset_decoder
-        if return_size != self.num_observables:
-            self.counts["error"] += 1
-            return Status.BAD_REQUEST, b""
-        if self.state != RESULT_READY:
-            return Status.NOT_READY, b""
-        result = wire.pack_bits(self.corrections)
-        if capacity is not None and len(result) > capacity:
-            return Status.INTERNAL_ERROR, b""  # truncating would hand back bits never written
-        if reset:
-            self.corrections[:] = 0  # clear_corrections, not a full reset
-            self.state = COLLECTING
-        return Status.OK, result
-
-    def reset(self) -> Status:
-        """reset_decoder: drop the partial shot, the corrections and a latched failure."""
-        self.counts["reset"] += 1
-        self._measurements[:] = 0
-        self._accepted = 0
-        self.corrections[:] = 0
-        self.state = COLLECTING
-        self.last_error = None
-        return Status.OK
+    def inner(self) -> CoprocessorFunction:
+        f = self.function
+        if isinstance(f, CoprocessorFunction):
+            return f
+        return CoprocessorFunction(name=f"decoder{self.decoder_id}", python=lambda _id, data: f(data))
 
 
-#: why a request was dropped without a reply, besides the wire errors' kinds
-DROP_KINDS = ("function",)
+def encode_spec(decoders: Sequence[SessionDecoder], slot_size: int) -> bytes:
+    """cuqr_session.h's spec of ``decoders`` in ``slot_size``-byte slots."""
+    if not decoders:
+        raise InvalidArgumentError("a session needs at least one decoder")
+    parts = [struct.pack("<4I", lib.CQ_MAGIC, lib.CQ_VERSION, slot_size, len(decoders))]
+    for d in decoders:
+        if not -2**63 <= d.decoder_id < 2**63:
+            raise InvalidArgumentError(f"decoder id {d.decoder_id} does not fit an i64")
+        if d.num_measurements < 1 or d.num_observables < 0:
+            raise InvalidArgumentError(f"decoder {d.decoder_id}: {d.num_measurements} measurements and "
+                                       f"{d.num_observables} observables a shot")
+        D = None if d.D is None else np.asarray(d.D, dtype=np.uint8)
+        if D is not None and (D.ndim != 2 or D.shape[1] != d.num_measurements):
+            raise InvalidArgumentError(f"decoder {d.decoder_id}: D has shape {D.shape}, not "
+                                       f"(detectors, {d.num_measurements})")
+        detectors = d.num_measurements if D is None else D.shape[0]
+        parts.append(struct.pack("<qIIII", d.decoder_id, d.num_measurements, detectors, d.num_observables,
+                                 0 if D is None else 1))
+        if D is not None:
+            rows, cols = np.nonzero(D)  # row-major: each row's measurement indices in order
+            ptr = np.zeros(detectors + 1, dtype="<u4")
+            np.cumsum(np.bincount(rows, minlength=detectors), out=ptr[1:])
+            parts += [ptr.tobytes(), cols.astype("<u4").tobytes()]
+    return b"".join(parts)
 
 
-class Dispatcher:
-    """Routes whole request slots to sessions by the payload's decoder_id; returns the response
-    slot, or None for a message that gets no reply (counted in :attr:`dropped`, and the first of
-    each kind logged). A malformed request whose header is readable is answered BAD_REQUEST."""
+def session_function(decoders: Sequence[SessionDecoder], slot_size: int = wire.DEFAULT_SLOT_SIZE,
+                     name: str = "cuqr-session") -> CoprocessorFunction:
+    """The session as a coprocessor function (decoder id 0): a round is one request slot, the reply
+    the response slot. With native inner decoders ``cq_session_init`` builds it where it runs (an
+    executor can run it); with a Python one :func:`session_init` does, in the coprocessor's process."""
+    spec = encode_spec(decoders, slot_size)
+    inner = [d.inner() for d in decoders]
+    if all(not f.is_python for f in inner):
+        return CoprocessorFunction(name=name, library=LIBRARY, symbol="cq_session_fn", init_symbol="cq_session_init",
+                                   fini_symbol="cq_session_fini", context=native.native_context(spec, inner))
+    return CoprocessorFunction(name=name, python_init=session_init, context=native.python_context(spec, inner))
 
-    def __init__(self, sessions: Mapping[int, DecodingSession], slot_size: int = wire.DEFAULT_SLOT_SIZE,
-                 log: Callable[[str], None] | None = None) -> None:
-        if slot_size < wire.HEADER_BYTES + 1:
-            raise ValueError(f"a {slot_size}-byte slot cannot hold a request")
-        self.sessions = dict(sessions)
+
+@dataclass(frozen=True)
+class DecoderInfo:
+    """A decoder's state and counts, read from the native session."""
+
+    decoder_id: int
+    state: str
+    accepted: int
+    counts: dict[str, int]
+    last_error: str | None
+
+
+class Session:
+    """The native session in this process over inner functions bound here. :meth:`handle` takes one
+    request slot and returns the response slot, or None for a message that gets no reply."""
+
+    def __init__(self, decoders: Sequence[SessionDecoder], slot_size: int = wire.DEFAULT_SLOT_SIZE, *,
+                 spec: bytes | None = None, inner: Sequence[CoprocessorFunction] | None = None) -> None:
         self.slot_size = slot_size
-        self.dropped: Counter[str] = Counter()  # no reply: truncated header, oversized, magic, function
-        self.malformed: Counter[str] = Counter()  # answered BAD_REQUEST: truncated, oversized, invalid payloads
-        self._log = log if log is not None else (lambda text: print(text, file=sys.stderr, flush=True))
-        self._logged: set[tuple[int, str]] = set()
+        self.ids = [d.decoder_id for d in decoders]
+        self.ptr = ffi.NULL
+        self.spec = spec if spec is not None else encode_spec(decoders, slot_size)
+        self.inner = Bound(inner if inner is not None else [d.inner() for d in decoders])
+        self.ptr = lib.cq_session_create(self.spec, len(self.spec), self.inner.fns, self.inner.ctxs,
+                                         len(self.inner.bound))
+        if self.ptr == ffi.NULL:
+            self.close()
+            raise InvalidArgumentError(f"the CUQR session refused its spec: {cq_last_error()}")
+        self._out = ffi.new("uint8_t[]", slot_size)
+        self._out_len = ffi.new("uint32_t *")
 
-    def _note(self, counter: Counter[str], kind: str, message: str) -> None:
-        counter[kind] += 1
-        if (id(counter), kind) not in self._logged:
-            self._logged.add((id(counter), kind))
-            what = "dropped" if counter is self.dropped else "answered BAD_REQUEST"
-            self._log(f"backline decoding-server: {message} (further {kind} messages {what} are counted, not logged)")
+    @classmethod
+    def from_spec(cls, spec: bytes, inner: Sequence[CoprocessorFunction]) -> Session:
+        (slot_size,) = struct.unpack_from("<I", spec, 8)
+        ids = [0] * len(inner)  # read back below from the native decoders
+        self = cls([], slot_size, spec=spec, inner=inner)
+        info = ffi.new("cq_decoder_info *")
+        for i in range(len(ids)):
+            lib.cq_session_info(self.ptr, i, info)
+            ids[i] = info.id
+        self.ids = ids
+        return self
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def handle(self, message: bytes) -> bytes | None:
-        """One request slot in, one response slot (or None) out."""
-        try:
-            header = wire.read_request_header(message, self.slot_size)
-        except WireError as exc:
-            self._note(self.dropped, exc.kind, f"dropped a {len(message)}-byte datagram: {exc}")
+        """One request slot in, one response slot (or None: dropped) out."""
+        rc = lib.cq_session_fn(self.ptr, 0, message, len(message), self._out, self.slot_size, self._out_len)
+        if rc != 0:
             return None
-        name = wire.FUNCTION_NAMES.get(header.function_id)
-        if name is None:
-            # their host dispatcher drops a slot whose function_id has no table entry
-            self._note(self.dropped, "function", f"dropped a request for unknown function_id "
-                                                 f"0x{header.function_id:08X}")
-            return None
-        status, result = self._route(name, header, message)
-        return wire.encode_response(status, request_id=header.request_id, ptp_timestamp=header.ptp_timestamp,
-                                    result=result, slot_size=self.slot_size)
+        return bytes(ffi.buffer(self._out, self._out_len[0]))
 
-    def _route(self, name: str, header: wire.RequestHeader, message: bytes) -> tuple[Status, bytes]:
-        error: WireError | None = None
-        try:
-            _, payload = wire.decode_request(message, self.slot_size)
-        except WireError as exc:
-            error = exc
-            payload = bytes(message[wire.HEADER_BYTES:wire.HEADER_BYTES + header.arg_len])
-        if len(payload) < 8:
-            self._note(self.malformed, "truncated", f"{name} without a decoder_id")
-            return Status.BAD_REQUEST, b""
-        session = self.sessions.get(wire.peek_decoder_id(payload))
-        if session is None:
-            return Status.INVALID_DECODER, b""
-        try:
-            if error is not None:
-                raise error
-            if name == "enqueue_syndromes":
-                return session.enqueue(wire.decode_enqueue(payload)), b""
-            if name == "get_corrections":
-                req = wire.decode_get_corrections(payload)
-                return session.get_corrections(req.return_size, req.reset,
-                                               capacity=self.slot_size - wire.HEADER_BYTES)
-            wire.decode_reset(payload)
-            return session.reset(), b""
-        except WireError as exc:
-            self._note(self.malformed, exc.kind, f"{name}: {exc}")
-            if name == "enqueue_syndromes":
-                return session.malformed_enqueue(), b""
-            return Status.BAD_REQUEST, b""
+    def info(self, decoder_id: int) -> DecoderInfo:
+        if decoder_id not in self.ids:
+            raise InvalidArgumentError(f"the session has no decoder {decoder_id}; it has {self.ids}")
+        info = ffi.new("cq_decoder_info *")
+        lib.cq_session_info(self.ptr, self.ids.index(decoder_id), info)
+        counts = {"enqueue": info.enqueues, "get_corrections": info.gets, "reset": info.resets,
+                  "decode": info.decodes, "error": info.errors}
+        text = ffi.string(info.last_error).decode(errors="replace")
+        return DecoderInfo(int(info.id), _STATES[info.state], int(info.accepted), counts, text or None)
+
+    def counts(self) -> tuple[Counter[str], Counter[str]]:
+        """(dropped, answered BAD_REQUEST) by kind."""
+        c = ffi.new("cq_counts *")
+        lib.cq_session_counts(self.ptr, c)
+        return split_counts(c)
+
+    def native(self) -> NativeFunction:
+        fn = int(ffi.cast("uintptr_t", ffi.addressof(lib, "cq_session_fn")))
+        return NativeFunction(fn=fn, ctx=int(ffi.cast("uintptr_t", self.ptr)), keep=self, close=self.close)
+
+    def close(self) -> None:
+        ptr, self.ptr = self.ptr, ffi.NULL
+        if ptr != ffi.NULL:
+            lib.cq_session_free(ptr)
+        self.inner.close()
+
+
+def split_counts(c: Any) -> tuple[Counter[str], Counter[str]]:
+    """cq_counts as (dropped, malformed) Counters by kind (kinds with 0 left out)."""
+    dropped = Counter({k: int(c.dropped[i + 1]) for i, k in enumerate(DROP_KINDS) if c.dropped[i + 1]})
+    malformed = Counter({k: int(c.malformed[i + 1]) for i, k in enumerate(BAD_KINDS) if c.malformed[i + 1]})
+    return dropped, malformed
+
+
+def session_init(context: bytes) -> NativeFunction:
+    """``python_init`` of :func:`session_function`: bind the inner decoders here and build the session."""
+    spec, inner = native.split_python_context(context)
+    return Session.from_spec(spec, inner).native()

@@ -16,27 +16,34 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..native import lib as _cuqr
+
 #: 'CUQR' and 'CUQS' as little-endian u32
-REQUEST_MAGIC = 0x43555152
-RESPONSE_MAGIC = 0x43555153
+REQUEST_MAGIC = _cuqr.CUQR_REQUEST_MAGIC
+RESPONSE_MAGIC = _cuqr.CUQR_RESPONSE_MAGIC
 
 _REQUEST = struct.Struct("<IIIIQ")  # magic, function_id, arg_len, request_id, ptp_timestamp
 _RESPONSE = struct.Struct("<IiIIQ")  # magic, status, result_len, request_id, ptp_timestamp
-HEADER_BYTES = 24
+HEADER_BYTES = _cuqr.CUQR_HEADER_BYTES
 assert _REQUEST.size == _RESPONSE.size == HEADER_BYTES
 
 _ENQUEUE = struct.Struct("<qqqq")  # decoder_id, counter, syndrome_mapping_id, num_syndromes
 _GET = struct.Struct("<qqB")  # decoder_id, return_size, reset
 _RESET = struct.Struct("<q")  # decoder_id
-ENQUEUE_FIXED_BYTES, GET_CORRECTIONS_BYTES, RESET_BYTES = _ENQUEUE.size, _GET.size, _RESET.size
+ENQUEUE_FIXED_BYTES = _cuqr.CUQR_ENQUEUE_ARGS_BYTES
+GET_CORRECTIONS_BYTES = _cuqr.CUQR_GET_ARGS_BYTES
+RESET_BYTES = _cuqr.CUQR_RESET_ARGS_BYTES
+assert (_ENQUEUE.size, _GET.size, _RESET.size) == (ENQUEUE_FIXED_BYTES, GET_CORRECTIONS_BYTES, RESET_BYTES)
 
 #: the most syndrome bits one enqueue_syndromes may carry (theirs: kMaxSyndromeBits)
 MAX_SYNDROME_BITS = 1 << 20
 #: udp's defaults in their server: 8 slots of 256 bytes
-DEFAULT_NUM_SLOTS = 8
-DEFAULT_SLOT_SIZE = 256
+DEFAULT_NUM_SLOTS = _cuqr.CUQR_DEFAULT_NUM_SLOTS
+DEFAULT_SLOT_SIZE = _cuqr.CUQR_DEFAULT_SLOT_SIZE
+#: the largest slot a UDP datagram carries
+MAX_SLOT_SIZE = _cuqr.CUQR_MAX_SLOT_SIZE
 
-_FNV_OFFSET, _FNV_PRIME = 2166136261, 16777619
+_FNV_OFFSET, _FNV_PRIME = _cuqr.CUQR_FNV_OFFSET, _cuqr.CUQR_FNV_PRIME
 
 
 def fnv1a_32(name: str | bytes) -> int:
@@ -47,9 +54,9 @@ def fnv1a_32(name: str | bytes) -> int:
     return h
 
 
-ENQUEUE_SYNDROMES = fnv1a_32("enqueue_syndromes")
-GET_CORRECTIONS = fnv1a_32("get_corrections")
-RESET_DECODER = fnv1a_32("reset_decoder")
+ENQUEUE_SYNDROMES = _cuqr.CUQR_FN_ENQUEUE_SYNDROMES
+GET_CORRECTIONS = _cuqr.CUQR_FN_GET_CORRECTIONS
+RESET_DECODER = _cuqr.CUQR_FN_RESET_DECODER
 FUNCTION_NAMES = {ENQUEUE_SYNDROMES: "enqueue_syndromes", GET_CORRECTIONS: "get_corrections",
                   RESET_DECODER: "reset_decoder"}
 
@@ -57,13 +64,13 @@ FUNCTION_NAMES = {ENQUEUE_SYNDROMES: "enqueue_syndromes", GET_CORRECTIONS: "get_
 class Status(enum.IntEnum):
     """The response's status (positive: the handler's, negative: the protocol's)."""
 
-    OK = 0
-    INVALID_DECODER = 1
-    BAD_REQUEST = 2
-    INTERNAL_ERROR = 3
-    NOT_READY = 4
-    BUSY = 5
-    SYNDROMES_DROPPED = 6
+    OK = _cuqr.CUQR_OK
+    INVALID_DECODER = _cuqr.CUQR_INVALID_DECODER
+    BAD_REQUEST = _cuqr.CUQR_BAD_REQUEST
+    INTERNAL_ERROR = _cuqr.CUQR_INTERNAL_ERROR
+    NOT_READY = _cuqr.CUQR_NOT_READY
+    BUSY = _cuqr.CUQR_BUSY
+    SYNDROMES_DROPPED = _cuqr.CUQR_SYNDROMES_DROPPED
 
 
 class WireError(ValueError):

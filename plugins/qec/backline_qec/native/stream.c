@@ -2,7 +2,8 @@
 #define _GNU_SOURCE
 #include "stream.h"
 
-#include <dlfcn.h>
+#include "bind.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,9 +89,8 @@ static int plan_parse(const uint8_t *blob, size_t len, plan_t *p) {
 
 struct qs_engine {
     plan_t p;
-    /* what qs_engine_init opened: each shape's library and finaliser (NULL when built from Python) */
-    void **libs;
-    void (**finis)(void *);
+    /* what qs_engine_init bound, one per shape (NULL when built from Python) */
+    qb_bound *bound;
     uint32_t *blob; /* the plan, copied (aligned, owned) */
     qs_fn *fns;
     void **ctxs;
@@ -136,92 +136,41 @@ fail:
 
 void qs_engine_free(qs_engine *e) {
     if (!e) return;
-    for (uint32_t s = 0; e->libs && s < e->p.shapes; s++) {
-        if (e->finis && e->finis[s] && e->ctxs && e->ctxs[s]) e->finis[s](e->ctxs[s]);
-        if (e->libs[s]) dlclose(e->libs[s]);
-    }
-    free(e->libs), free(e->finis);
+    qb_unbind_list(e->bound, e->p.shapes);
     free(e->blob), free(e->fns), free(e->ctxs), free(e->work), free(e->pred), free(e->payload), free(e->reply);
     free(e);
-}
-
-typedef int32_t (*init_fn)(const void *, size_t, void **);
-
-static int take_u32(const uint8_t **p, const uint8_t *end, uint32_t *v) {
-    if (end - *p < 4) return -1;
-    *v = (uint32_t)(*p)[0] | (uint32_t)(*p)[1] << 8 | (uint32_t)(*p)[2] << 16 | (uint32_t)(*p)[3] << 24;
-    *p += 4;
-    return 0;
-}
-
-/* a length-prefixed field, copied NUL-terminated into a fresh allocation */
-static char *take_text(const uint8_t **p, const uint8_t *end, uint32_t *n) {
-    if (take_u32(p, end, n) || (size_t)(end - *p) < *n) return NULL;
-    char *out = malloc((size_t)*n + 1u);
-    if (!out) return NULL;
-    memcpy(out, *p, *n);
-    out[*n] = 0;
-    *p += *n;
-    return out;
 }
 
 int32_t qs_engine_init(const void *params, size_t len, void **ctx) {
     const uint8_t *p = params, *end = p + len;
     uint32_t plan_len = 0, shapes = 0;
-    if (!p || !ctx || take_u32(&p, end, &plan_len) || (size_t)(end - p) < plan_len) {
+    if (!p || !ctx || qb_take_u32(&p, end, &plan_len) || (size_t)(end - p) < plan_len) {
         set_err("the engine's context is truncated");
         return BL_EINVAL;
     }
     const uint8_t *plan = p;
     p += (plan_len + 3u) & ~3u;
-    if (p > end || take_u32(&p, end, &shapes) || !shapes || shapes > 255u) {
-        set_err("the engine's context names no window decoders");
+    if (p > end) {
+        set_err("the engine's context is truncated");
+        return BL_EINVAL;
+    }
+    char why[480];
+    qb_bound *bound = qb_bind_list(&p, end, 255u, &shapes, why, sizeof why);
+    if (!bound) {
+        set_err("window decoders: %s", why);
         return BL_EINVAL;
     }
     qs_fn fns[255] = {0};
-    void *ctxs[255] = {0}, *libs[255] = {0};
-    void (*finis[255])(void *) = {0};
-    int32_t rc = BL_EINVAL;
-    uint32_t s = 0;
-    for (; s < shapes; s++) {
-        uint32_t n[5] = {0};
-        char *f[5] = {0};
-        int ok = 1;
-        for (int i = 0; i < 5 && ok; i++) ok = (f[i] = take_text(&p, end, &n[i])) != NULL;
-        if (ok && (!n[0] || !n[1])) ok = 0, set_err("window decoder %u names no library or symbol", s);
-        else if (!ok) set_err("window decoder %u's description is truncated", s);
-        if (ok && !(libs[s] = dlopen(f[0], RTLD_NOW | RTLD_LOCAL))) ok = 0, set_err("window decoder %u: %s", s, dlerror());
-        if (ok && !(fns[s] = (qs_fn)dlsym(libs[s], f[1]))) ok = 0, set_err("window decoder %u: no symbol %s", s, f[1]);
-        if (ok && n[2]) {
-            init_fn init = (init_fn)dlsym(libs[s], f[2]);
-            if (!init || init(n[4] ? f[4] : NULL, n[4], &ctxs[s]) != 0)
-                ok = 0, set_err("window decoder %u: its init %s failed", s, f[2]);
-            if (ok && n[3] && !(finis[s] = (void (*)(void *))dlsym(libs[s], f[3])))
-                ok = 0, set_err("window decoder %u: no symbol %s", s, f[3]);
-        }
-        for (int i = 0; i < 5; i++) free(f[i]);
-        if (!ok) goto fail;
-    }
+    void *ctxs[255] = {0};
+    for (uint32_t s = 0; s < shapes; s++) fns[s] = (qs_fn)bound[s].fn, ctxs[s] = bound[s].ctx;
     qs_engine *e = qs_engine_create(plan, plan_len, fns, ctxs, shapes);
-    if (!e) goto fail;
-    e->libs = calloc(shapes, sizeof *e->libs);
-    e->finis = calloc(shapes, sizeof *e->finis);
-    if (!e->libs || !e->finis) {
-        set_err("out of memory");
-        free(e->libs), free(e->finis), e->libs = NULL, e->finis = NULL;
-        qs_engine_free(e);
-        goto fail;
+    if (!e) {
+        qb_unbind_list(bound, shapes);
+        return BL_EINVAL;
     }
-    memcpy(e->libs, libs, shapes * sizeof *libs);
-    memcpy(e->finis, finis, shapes * sizeof *finis);
+    e->bound = bound;
     *ctx = e;
     return 0;
-fail:
-    for (uint32_t i = 0; i <= s && i < shapes; i++) {
-        if (finis[i] && ctxs[i]) finis[i](ctxs[i]);
-        if (libs[i]) dlclose(libs[i]);
-    }
-    return rc;
 }
 
 void qs_engine_fini(void *ctx) { qs_engine_free(ctx); }
@@ -295,10 +244,6 @@ static inline uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-typedef bl_session *(*get_fn)(int32_t, const char *);
-typedef int32_t (*round_fn)(bl_session *, const void *, uint32_t, uint32_t, void *, uint32_t, uint32_t *);
-typedef const char *(*error_fn)(void);
-
 int32_t qs_drive(const char *libbackline, const char *key, qs_engine *local, const uint8_t *plan, size_t plan_len,
                  const uint8_t *dets, uint64_t shots, uint64_t cycle_ns, uint8_t *predictions, uint64_t *rtt_ns,
                  uint64_t *lag_ns, uint64_t *reaction_ns, char *err, size_t err_len) {
@@ -306,10 +251,8 @@ int32_t qs_drive(const char *libbackline, const char *key, qs_engine *local, con
     plan_t p;
     uint32_t *copy = malloc(plan_len + 4);
     uint8_t *msg = NULL, *reply = NULL;
-    void *core = NULL;
-    bl_session *s = NULL;
-    round_fn round = NULL;
-    error_fn last_error = NULL;
+    qb_core core = {0};
+    void *s = NULL;
     if (!copy) {
         snprintf(err, err_len, "out of memory");
         goto done;
@@ -319,17 +262,10 @@ int32_t qs_drive(const char *libbackline, const char *key, qs_engine *local, con
         snprintf(err, err_len, "%s", g_err);
         goto done;
     }
-    if (key) {  /* libbackline is loaded in this process already: this takes its handle */
-        core = dlopen(libbackline, RTLD_NOW | RTLD_NOLOAD);
-        get_fn get = core ? (get_fn)dlsym(core, "bl_session_get") : NULL;
-        round = core ? (round_fn)dlsym(core, "bl_round") : NULL;
-        last_error = core ? (error_fn)dlsym(core, "bl_last_error") : NULL;
-        if (!get || !round || !last_error) {
-            snprintf(err, err_len, "cannot use the runtime %s: %s", libbackline, dlerror());
-            goto done;
-        }
-        if (!(s = get(BL_CONTROLLER, key))) {
-            snprintf(err, err_len, "no controller session '%s': %s", key, last_error());
+    if (key) {
+        if (qb_core_open(&core, libbackline, err, err_len)) goto done;
+        if (!(s = core.session_get(BL_CONTROLLER, key))) {
+            snprintf(err, err_len, "no controller session '%s': %s", key, core.last_error());
             goto done;
         }
     } else if (!local) {
@@ -363,12 +299,12 @@ int32_t qs_drive(const char *libbackline, const char *key, qs_engine *local, con
                 avail = ready;
             }
             uint64_t sent = now_ns();
-            int32_t rc = key ? round(s, msg, QS_ROUND_HEADER_BYTES + bytes, 0, reply, reply_cap, &got)
+            int32_t rc = key ? core.round(s, msg, QS_ROUND_HEADER_BYTES + bytes, 0, reply, reply_cap, &got)
                              : qs_engine_fn(local, 0, msg, QS_ROUND_HEADER_BYTES + bytes, reply, reply_cap, &got);
             uint64_t back = now_ns();
             if (rc != 0) {
                 snprintf(err, err_len, "shot %llu round %u: %s (status %d)", (unsigned long long)shot, r,
-                         key ? last_error() : g_err, rc);
+                         key ? core.last_error() : g_err, rc);
                 goto done;
             }
             if (got != pred_bytes) {
@@ -389,6 +325,6 @@ int32_t qs_drive(const char *libbackline, const char *key, qs_engine *local, con
     status = 0;
 done:
     free(copy), free(msg), free(reply);
-    if (core) dlclose(core);
+    qb_core_close(&core);
     return status;
 }

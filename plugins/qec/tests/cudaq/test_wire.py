@@ -114,3 +114,14 @@ def test_pack_unpack_match_numpy_little():
     packed = wire.pack_bits(bits)
     assert len(packed) == 10 == wire.packed_bytes(77)
     assert (wire.unpack_bits(packed, 77) == bits).all()
+
+
+def test_the_numbers_from_cuqr_h_agree_with_the_spec():
+    # wire.py reads them from the core's cuqr.h: check the header against the names and the text
+    assert [wire.fnv1a_32(n) for n in ("enqueue_syndromes", "get_corrections", "reset_decoder")] == \
+        [wire.ENQUEUE_SYNDROMES, wire.GET_CORRECTIONS, wire.RESET_DECODER]
+    # 'CUQR' read as a number (0x43555152), then written little-endian on the wire
+    assert (wire.REQUEST_MAGIC, wire.RESPONSE_MAGIC) == (int.from_bytes(b"CUQR", "big"), int.from_bytes(b"CUQS", "big"))
+    assert [s.name for s in wire.Status] == ["OK", "INVALID_DECODER", "BAD_REQUEST", "INTERNAL_ERROR", "NOT_READY",
+                                             "BUSY", "SYNDROMES_DROPPED"]
+    assert list(wire.Status) == list(range(7))
