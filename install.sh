@@ -51,7 +51,8 @@ python3 -m venv .venv
 if [ "$dev" = 1 ]; then
   .venv/bin/pip install -e '.[plot,test]'
   .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e 'plugins/decoder-bpod[test]' \
-    -e 'plugins/decoder-lut[test]' -e 'plugins/transport-rdma[test]' -e 'plugins/transport-ucx[test]'
+    -e 'plugins/decoder-lut[test]' -e 'plugins/transport-rdma[test]' -e 'plugins/transport-ucx[test]' \
+    -e plugins/transport-cuqr
   # built against the installed rdma plugin's verbs set-up (its setup.py imports it): after it
   .venv/bin/pip install --no-build-isolation -e 'plugins/transport-fpga[test]'
   .venv/bin/pip install -e 'compiler[frontend,test]'
@@ -64,7 +65,7 @@ if [ "$dev" = 1 ]; then
 else
   .venv/bin/pip install -e '.[plot]'
   .venv/bin/pip install --no-build-isolation -e plugins/transport-memcpy -e plugins/decoder-bpod -e plugins/decoder-lut \
-    -e plugins/transport-rdma -e plugins/transport-ucx
+    -e plugins/transport-rdma -e plugins/transport-ucx -e plugins/transport-cuqr
   .venv/bin/pip install --no-build-isolation -e plugins/transport-fpga
   .venv/bin/pip install -e 'compiler[frontend]'
   .venv/bin/pip install -e plugins/device-stim -e plugins/executor-orc -e plugins/decoder-pymatching -e plugins/decoder-ldpc

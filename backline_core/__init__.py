@@ -21,7 +21,7 @@ _EXPORTS: dict[str, str] = {
     "CoprocessorFunction": "_coprocessor_function", "NativeFunction": "_coprocessor_function",
     "DecoderFunction": "_decoder_function",
     "DemMatrices": "_dem", "dem_matrices": "_dem", "check_matrices": "_dem",
-    "Deployment": "_deployment", "deploy": "_deployment",
+    "Deployment": "_deployment", "deploy": "_deployment", "connect_controller": "_deployment",
     "AbiError": "_errors", "AuthenticationError": "_errors", "BacklineError": "_errors", "DeadlineError":
     "_errors", "FunctionError": "_errors", "InvalidArgumentError": "_errors", "KeyTakenError": "_errors",
     "LifecycleError": "_errors", "NotFoundError": "_errors", "NothingPostedError": "_errors",
@@ -48,7 +48,7 @@ __all__ = [
     "Placement",
     "PlacementError", "PluginError", "Resolution", "ResolvedNode", "RingFullError", "RoundDriver",
     "RoundTripLog", "Session", "Transport", "TransportError", "UnknownDecoderError", "UnknownPluginError",
-    "check_matrices", "dem_matrices", "deploy", "format_config", "get_include", "get_library", "hookimpl", "hookspec", "parse_config",
+    "check_matrices", "connect_controller", "dem_matrices", "deploy", "format_config", "get_include", "get_library", "hookimpl", "hookspec", "parse_config",
     "plugins", "resolve",
 ]
 

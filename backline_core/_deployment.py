@@ -33,7 +33,8 @@ from ._errors import STATUS, InvalidArgumentError, PlacementError, TransportErro
 from ._process import ChildProcess, describe_exit, exit_on_stop_signals
 from ._placement import Placement
 from . import _plugins as plugins
-from ._resolution import DEFAULT_EXECUTOR, Resolution, ResolvedNode, needs_secret, resolve, with_secret
+from ._resolution import (DEFAULT_EXECUTOR, ResolvedNode, needs_secret, resolve, resolve_controller, served_elsewhere,
+                          with_secret)
 from ._trust import DeploymentSecret
 from ._session import Session, resolve_function
 from ._abi import lib
@@ -193,7 +194,8 @@ class Deployment:
             for node in self.resolution.coprocessors:
                 self._bring_up_coprocessor(node, in_bytes, out_bytes)
             for node in self.resolution.coprocessors:
-                self.controller_sessions[node.name] = _controller_session(self.resolution, node, in_bytes, out_bytes)
+                self.controller_sessions[node.name] = _controller_session(self.resolution.controller.library, node,
+                                                                          in_bytes, out_bytes)
         except BaseException:
             self.close()
             raise
@@ -289,9 +291,10 @@ def start_in_executor(node: ResolvedNode, *, in_bytes: int, out_bytes: int) -> A
     return api.start_coprocessor(node, in_bytes=in_bytes, out_bytes=out_bytes)
 
 
-def _controller_session(resolution: Resolution, node: ResolvedNode, in_bytes: int, out_bytes: int) -> Session:
-    """The controller's session with ``node``, started (destroyed again if bringing it up fails)."""
-    session = Session(resolution.controller.library, "controller", node.name, node.controller_config, node.runs_in)
+def _controller_session(library: str, node: ResolvedNode, in_bytes: int, out_bytes: int) -> Session:
+    """The controller's session with ``node`` on backend ``library``, started (destroyed again if
+    bringing it up fails)."""
+    session = Session(library, "controller", node.name, node.controller_config, node.runs_in)
     try:
         session.connect()
         session.alloc_memory()
@@ -308,13 +311,17 @@ def _controller_session(resolution: Resolution, node: ResolvedNode, in_bytes: in
 def connect_controller(placement: Placement, coprocessor: str, *, in_bytes: int, out_bytes: int) -> Session:
     """The controller's session with ``coprocessor``, which is already served at its Endpoint on
     another host (``backline coprocessor serve`` there): resolved as :func:`deploy` resolves it,
-    but nothing is started here. The caller destroys the session."""
-    resolution = resolve(placement)
-    node = resolution.coprocessor(coprocessor)
+    but nothing is started here. A transport with no coprocessor side installed (its coprocessor is
+    a server Backline does not run, such as cuqr's decoding server) is resolved on the controller's
+    side only (:func:`~backline_core._resolution.resolve_controller`). The caller destroys the session."""
     if placement.coprocessor(coprocessor).endpoint is None:
         raise PlacementError(f"coprocessor {coprocessor!r} has no Endpoint: a controller can only connect to a "
                              "coprocessor served elsewhere at a host and port")
-    return _controller_session(resolution, node, in_bytes, out_bytes)
+    if served_elsewhere(placement, coprocessor):
+        controller, node = resolve_controller(placement, coprocessor)
+        return _controller_session(controller.library, node, in_bytes, out_bytes)
+    resolution = resolve(placement)
+    return _controller_session(resolution.controller.library, resolution.coprocessor(coprocessor), in_bytes, out_bytes)
 
 
 def deploy(placement: Placement, *, in_bytes: int, out_bytes: int) -> Deployment:

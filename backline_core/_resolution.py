@@ -142,7 +142,7 @@ def _resolve(placement: Placement) -> Resolution:
     ctl_library = ctl_part.library(ctl.hardware, "controller")
     coprocessors = []
     for node in placement.coprocessors:
-        part = _part(name, node)
+        part = _part(name, node, ctl_part)
         if part.needs_endpoint and node.endpoint is None:
             raise PlacementError(
                 f"transport {name!r} needs a network endpoint on each coprocessor: pass "
@@ -290,11 +290,55 @@ def on_this_machine(host: str) -> bool:
         return False
 
 
-def _part(name: str, node: Node) -> Transport:
+def _part(name: str, node: Node, controller_part: Transport | None = None) -> Transport:
     try:
         return plugins.transport_backend(name, node.hardware, node.role)
     except PlacementError as exc:
-        raise PlacementError(f"{node.role} {node.name!r}: {exc}") from None
+        hint = ""
+        if controller_part is not None and controller_part.needs_endpoint:
+            hint = (f"; a coprocessor served by something Backline does not start is reached with "
+                    f"connect_controller(placement, {node.name!r}, in_bytes=..., out_bytes=...)")
+        raise PlacementError(f"{node.role} {node.name!r}: {exc}{hint}") from None
+
+
+def served_elsewhere(placement: Placement, coprocessor: str) -> bool:
+    """Whether no installed part of the placement's transport serves ``coprocessor``'s side: its
+    coprocessor is a server that Backline does not run (cuqr's decoding servers)."""
+    node = placement.coprocessor(coprocessor)
+    parts = plugins.registry().transport_parts(placement.transport)
+    return not any((node.hardware, "coprocessor") in part.serves for part in parts)
+
+
+def resolve_controller(placement: Placement, coprocessor: str) -> tuple[ResolvedNode, ResolvedNode]:
+    """The controller's side alone of its session with ``coprocessor``, which is served at its
+    Endpoint by a server Backline neither starts nor checks (see :func:`served_elsewhere`): the
+    controller's part and library, the place its part allows, and its configuration with the
+    endpoint and both nodes' init_args (the coprocessor's have no other reader), checked by its
+    backend. Returns the resolved controller and coprocessor (the latter
+    with no library, configuration or function: the server has those)."""
+    name, ctl, node = placement.transport, placement.controller, placement.coprocessor(coprocessor)
+    ctl_part = _part(name, ctl)
+    ctl_library = ctl_part.library(ctl.hardware, "controller")
+    if node.endpoint is None:
+        raise PlacementError(f"coprocessor {node.name!r} has no Endpoint: a controller can only connect to a "
+                             "coprocessor served elsewhere at a host and port")
+    runs_in = "executor" if node.dispatched else node.runs_in or ctl_part.runs_in[0]
+    if runs_in not in ctl_part.runs_in:
+        raise PlacementError(
+            f"coprocessor {node.name!r}: transport {name!r} ({ctl_part.distribution}) reaches coprocessors in "
+            f"{', '.join(ctl_part.runs_in)}, not {runs_in!r}; choose one of those or another transport"
+        )
+    # No backend reads the coprocessor's init_args on its side: they describe the server to the
+    # controller's session with it (cuqr: which decoder, how many bits), beside the controller's own.
+    clash = sorted(set(ctl.init_args) & set(node.init_args))
+    if clash:
+        raise PlacementError(f"coprocessor {node.name!r}: init_args {', '.join(clash)} are also the controller's; "
+                             "give each key on one of them")
+    both = dataclasses.replace(ctl, init_args={**ctl.init_args, **node.init_args})
+    ctl_config = _with_endpoint(both, node, name) if ctl_part.needs_endpoint else both.config_string()
+    _check_config(ctl_library, "controller", both, node.name, ctl_config, runs_in)
+    controller = ResolvedNode(ctl, ctl_part, ctl_library, ctl.config_string())
+    return controller, ResolvedNode(node, ctl_part, "", "", runs_in, None, ctl_config)
 
 
 def _check_config(library: str, role: str, node: Node, key: str, config: str, runs_in: str | None) -> None:
