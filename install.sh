@@ -59,6 +59,7 @@ if [ "$dev" = 1 ]; then
   .venv/bin/pip install -e plugins/device-stim -e 'plugins/executor-orc[test]' -e 'plugins/decoder-pymatching[test]' \
     -e 'plugins/decoder-ldpc[test]'
   .venv/bin/pip install --no-build-isolation -e 'plugins/qec[test]'
+  .venv/bin/pip install --no-build-isolation -e 'plugins/sweeps[test]'
   # The CPU build of torch (pinned: newer releases pull a multi-GB CUDA build); Triton
   # kernels are tested under TRITON_INTERPRET=1 on CPU tensors.
   .venv/bin/pip install torch==2.13.0 triton
@@ -70,4 +71,5 @@ else
   .venv/bin/pip install -e 'compiler[frontend]'
   .venv/bin/pip install -e plugins/device-stim -e plugins/executor-orc -e plugins/decoder-pymatching -e plugins/decoder-ldpc
   .venv/bin/pip install --no-build-isolation -e plugins/qec
+  .venv/bin/pip install --no-build-isolation -e 'plugins/sweeps[plot]'
 fi

@@ -1,0 +1,158 @@
+"""Batches: how many shots each carries (sinter's ramp), and what a worker does with one.
+
+A batch is (task, batch id, shots, seed). Its result carries the batch id, so a batch that Dask
+runs again after a worker died is counted once. The seed comes from the run's seed and the
+batch id: a rerun samples the same shots, and two batches never share a seed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .tasks import BACKLINE_PREFIX, TaskSpec, sinter_dem
+
+#: sinter's ramp aims each batch at this many seconds of sampling and decoding
+TARGET_BATCH_SECONDS = 1.0
+#: the most shots in a batch. sinter caps at 1024 shots because its batches stay in the worker;
+#: each of ours crosses the network, so fewer, bigger batches keep the round trips in the noise.
+MAX_BATCH_SHOTS = 1 << 16
+#: compiled decoders a worker process keeps (one per task it has seen lately)
+CACHED_DECODERS = 8
+
+
+@dataclass(frozen=True)
+class Batch:
+    """``shots`` shots of task ``strong_id``, sampled with ``seed``."""
+
+    batch_id: int
+    strong_id: str
+    shots: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What a worker measured for one batch; ``seconds`` is its sampling and decoding time (sinter's)."""
+
+    batch_id: int
+    strong_id: str
+    shots: int
+    errors: int
+    discards: int
+    seconds: float
+    worker: str = ""
+    custom_counts: dict[str, int] = field(default_factory=dict)
+
+
+class BatchSizer:
+    """sinter's ramp (``CompiledRampThrottledSampler``): start small; double the shots up to four
+    times while a batch takes under 30 % of the target time, halve them when one takes over 130 %."""
+
+    def __init__(self, start: int = 1, target_seconds: float = TARGET_BATCH_SECONDS,
+                 max_shots: int = MAX_BATCH_SHOTS) -> None:
+        self.shots = max(1, min(start, max_shots))
+        self.target, self.max_shots = target_seconds, max_shots
+
+    def update(self, shots: int, seconds: float) -> None:
+        """A batch of ``shots`` took ``seconds`` to sample and decode."""
+        dt = seconds
+        if shots > 1 and dt > self.target * 1.3:
+            self.shots = max(1, min(self.shots, shots) // 2)
+            return
+        if shots * 2 >= self.shots:  # only a batch as large as asked for says the size is too small
+            for _ in range(4):
+                if self.shots * 2 > self.max_shots or dt > self.target * 0.3:
+                    break
+                self.shots *= 2
+                dt *= 2
+
+
+def batch_seed(run_seed: int, batch_id: int) -> int:
+    """A 64-bit stim seed for one batch of one run."""
+    return int(np.random.SeedSequence([run_seed, batch_id]).generate_state(1, dtype=np.uint64)[0])
+
+
+# -- the worker side --------------------------------------------------------------------------
+
+# per worker process: task strong_id -> (stim sampler factory inputs, compiled decoder)
+_compiled: OrderedDict[tuple[str, str | None], Any] = OrderedDict()
+
+
+class _Prepared:
+    def __init__(self, task: TaskSpec, placement_json: str | None) -> None:
+        import stim
+
+        self.circuit = stim.Circuit(task.circuit_text)
+        self.placement = None
+        self.decoder = None
+        if placement_json is not None:
+            from backline_core import Placement
+
+            self.placement = Placement.from_json(placement_json)
+        else:
+            self.decoder = _sinter_decoder(task.decoder).compile_decoder_for_dem(dem=sinter_dem(self.circuit))
+
+
+def _sinter_decoder(name: str) -> Any:
+    if name.startswith(BACKLINE_PREFIX):
+        from backline_core.sinter import decoder
+
+        return decoder(name)
+    import sinter
+
+    return sinter.BUILT_IN_DECODERS[name]
+
+
+def _prepared(task: TaskSpec, placement_json: str | None) -> _Prepared:
+    key = (task.strong_id, placement_json)
+    if key in _compiled:
+        _compiled.move_to_end(key)
+        return _compiled[key]
+    prep = _Prepared(task, placement_json)
+    _compiled[key] = prep
+    while len(_compiled) > CACHED_DECODERS:
+        _compiled.popitem(last=False)
+    return prep
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except (ImportError, ValueError):  # not in a Dask worker (a test calling it directly)
+        return "local"
+
+
+def run_batch(task: TaskSpec, batch: Batch, placement_json: str | None = None) -> BatchResult:
+    """Sample ``batch.shots`` shots of ``task`` with stim and decode them: in process with sinter's
+    decoder, or, given a placement, streamed round by round to its coprocessor (backline_qec.stream)."""
+    prep = _prepared(task, placement_json)  # compiling is not part of a batch's time, as in sinter
+    t0 = time.monotonic()
+    sampler = prep.circuit.compile_detector_sampler(seed=batch.seed)
+    dets, obs = sampler.sample(batch.shots, separate_observables=True, bit_packed=True)
+    discards = 0
+    if prep.placement is None:
+        predictions = np.asarray(prep.decoder.decode_shots_bit_packed(bit_packed_detection_event_data=dets))
+        obs_bytes = obs.shape[1]
+        if predictions.shape[1] == obs_bytes + 1:  # sinter's convention: a last byte that is not 0 discards
+            keep = predictions[:, -1] == 0
+            discards = int(np.count_nonzero(~keep))
+            predictions, obs = predictions[keep, :-1], obs[keep]
+        errors = int(np.count_nonzero(np.any(predictions != obs, axis=1)))
+    else:
+        from backline_qec.stream import stream
+
+        n_det, n_obs = task.num_detectors, task.num_observables
+        det_bits = np.unpackbits(dets, axis=1, count=n_det, bitorder="little")
+        obs_bits = np.unpackbits(obs, axis=1, count=n_obs, bitorder="little")
+        result = stream(prep.circuit, task.decoder.removeprefix(BACKLINE_PREFIX), detectors=det_bits,
+                        observables=obs_bits, placement=prep.placement, reference=False)
+        errors = int(result.logical_errors or 0)
+    return BatchResult(batch_id=batch.batch_id, strong_id=batch.strong_id, shots=batch.shots, errors=errors,
+                       discards=discards, seconds=time.monotonic() - t0, worker=_worker_name())

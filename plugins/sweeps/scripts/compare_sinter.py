@@ -1,0 +1,104 @@
+"""Shots per second of `backline collect --workers K` against `sinter collect --processes K` on the
+same tasks, and whether their logical error rates agree (a two-proportion z-score per task).
+
+    .venv/bin/python plugins/sweeps/scripts/compare_sinter.py [--shots 300000] [--workers 1 2]
+
+Each command runs whole (its start-up included) in a fresh folder on the same circuit files;
+shots per second is the shots it wrote over its wall-clock time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import sinter
+import stim
+
+BIN = Path(sys.executable).parent
+DECODER = "backline:pymatching"
+
+
+def circuits(where: Path, ds: list[int], ps: list[float]) -> None:
+    for d in ds:
+        for p in ps:
+            c = stim.Circuit.generated("surface_code:rotated_memory_z", distance=d, rounds=d,
+                                       after_clifford_depolarization=p, before_measure_flip_probability=p,
+                                       after_reset_flip_probability=p, before_round_data_depolarization=p)
+            (where / f"d={d},p={p}.stim").write_text(str(c))
+
+
+def run(argv: list[str], cwd: Path, out: str) -> tuple[float, dict[str, sinter.TaskStats]]:
+    t0 = time.monotonic()
+    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=3600)
+    wall = time.monotonic() - t0
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(argv[:3])} failed: {r.stderr[-2000:]}")
+    totals: dict[str, sinter.TaskStats] = {}
+    for s in sinter.read_stats_from_csv_files(cwd / out):
+        totals[s.strong_id] = totals[s.strong_id] + s if s.strong_id in totals else s
+    return wall, totals
+
+
+def z_score(a: sinter.TaskStats, b: sinter.TaskStats) -> float:
+    p1, p2 = a.errors / a.shots, b.errors / b.shots
+    pooled = (a.errors + b.errors) / (a.shots + b.shots)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / a.shots + 1 / b.shots))
+    return 0.0 if se == 0 else (p1 - p2) / se
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shots", type=int, default=300_000, help="shots per task (no error limit: equal work)")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--distances", type=int, nargs="+", default=[3, 5])
+    ap.add_argument("--ps", type=float, nargs="+", default=[0.002, 0.005])
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bl-compare-") as tmp:
+        root = Path(tmp)
+        circuits(root, args.distances, args.ps)
+        names = sorted(p.name for p in root.glob("d=*.stim"))
+        results = {}
+        for k in args.workers:
+            for tool in ("sinter", "backline"):
+                cwd = root / f"{tool}-{k}"
+                cwd.mkdir()
+                for n in names:
+                    (cwd / n).write_text((root / n).read_text())
+                if tool == "sinter":
+                    argv = [str(BIN / "sinter"), "collect", "--circuits", *names, "--decoders", DECODER,
+                            "--custom_decoders_module_function", "backline_core.sinter:sinter_decoders",
+                            "--max_shots", str(args.shots), "--processes", str(k), "--metadata_func", "auto",
+                            "--save_resume_filepath", "out.csv"]
+                else:
+                    argv = [sys.executable, "-m", "backline_core", "collect", "--circuits", "d=*.stim", "--decoders",
+                            DECODER, "--metadata-from-filename", "--max-shots", str(args.shots), "--workers", str(k),
+                            "--save-resume-filepath", "out.csv", "--no-progress"]
+                wall, totals = run(argv, cwd, "out.csv")
+                shots = sum(s.shots for s in totals.values())
+                results[tool, k] = (wall, shots, totals)
+                print(f"{tool:8} workers={k}: {shots:,} shots in {wall:.1f} s = {shots / wall:,.0f} shots/s", flush=True)
+        print()
+        for k in args.workers:
+            (ws, ss, _), (wb, sb, _) = results["sinter", k], results["backline", k]
+            print(f"workers={k}: backline/sinter shots per second = {(sb / wb) / (ss / ws):.2f}x")
+        print("\nlogical error rates (all runs of each tool pooled), two-proportion z-score:")
+        pooled: dict[str, dict[str, sinter.TaskStats]] = {"sinter": {}, "backline": {}}
+        for (tool, _), (_, _, totals) in results.items():
+            for sid, s in totals.items():
+                pooled[tool][sid] = pooled[tool][sid] + s if sid in pooled[tool] else s
+        for sid in sorted(pooled["sinter"], key=lambda i: sorted(pooled["sinter"][i].json_metadata.items())):
+            a, b = pooled["backline"][sid], pooled["sinter"][sid]
+            md = ",".join(f"{k}={v}" for k, v in sorted(a.json_metadata.items()))
+            print(f"  {md:14} backline {a.errors / a.shots:.3e} ({a.errors}/{a.shots})  sinter {b.errors / b.shots:.3e} "
+                  f"({b.errors}/{b.shots})  z = {z_score(a, b):+.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
