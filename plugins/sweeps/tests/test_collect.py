@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -190,3 +191,16 @@ def test_bad_input_is_one_line_and_status_2(circuits: Path) -> None:
     assert r.returncode == 2, r.stderr
     assert f"--scheduler tcp://127.0.0.1:{port}: no Dask scheduler answered within 3 s" in one_line(r.stderr)
     assert time.monotonic() - t0 < 120
+
+
+def test_the_documented_command(tmp_path: Path) -> None:
+    """docs/sweeps.md's first example, as written, in a folder of circuits named as it expects."""
+    (tmp_path / "circuits").mkdir()
+    write_circuits(tmp_path / "circuits", ps=(0.02, 0.05))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    r = subprocess.run(["bash", "-c", "backline collect --circuits circuits/*.stim --decoders backline:pymatching,backline:lut --metadata-from-filename --max-shots 100000 --max-errors 200 --save-resume-filepath stats.csv --workers 2 --plot threshold.png"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    got = totals(tmp_path / "stats.csv")
+    assert len(got) == 4 and all(s.errors >= 200 or s.shots >= 100000 for s in got.values())
+    assert (tmp_path / "threshold.png").stat().st_size > 1000
