@@ -2,23 +2,25 @@
 
 A shot is one enqueue_syndromes (its measurements; the decode runs before the reply) plus one
 get_corrections with reset: two request/response exchanges of one slot each. The floor is a
-Python thread echoing slot-size datagrams on loopback, timed in the same run and process, two
-exchanges a shot, so the ratio is what the protocol, the session and the decode on its placement
-add (docs/cudaq-interop.md, "Measuring the round trip").
+native echo of slot-size datagrams on loopback (the server loop's system calls alone), timed in
+the same run and process, two exchanges a shot, with the same client loop, so the ratio is what
+the protocol, the session and the decode on its placement add (docs/cudaq-interop.md,
+"Measuring the round trip").
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from . import wire
-from .replay import Client, running_server
+from .replay import running_server
 
 
 def _percentiles(ns: np.ndarray) -> dict[str, float]:
@@ -26,47 +28,56 @@ def _percentiles(ns: np.ndarray) -> dict[str, float]:
     return {"p50_us": float(p50) / 1e3, "p99_us": float(p99) / 1e3, "mean_us": float(ns.mean()) / 1e3}
 
 
-def udp_ping_pong(rounds: int, slot_size: int, exchanges: int = 2, timeout_s: float = 5.0) -> np.ndarray:
-    """Nanoseconds for ``exchanges`` slot-size datagram round trips to an echo thread, per round."""
+def _timed_exchanges(sock: socket.socket, address: Any, requests: Sequence[Sequence[bytes]]) -> tuple[np.ndarray,
+                                                                                                   list[list[bytes]]]:
+    """Send each round's datagrams in turn, each answered before the next; ns per round, the replies."""
+    out = np.zeros(len(requests), dtype=np.int64)
+    replies: list[list[bytes]] = []
+    for i, datagrams in enumerate(requests):
+        got = []
+        t0 = time.perf_counter_ns()
+        for datagram in datagrams:
+            sock.sendto(datagram, address)
+            got.append(sock.recv(65536))
+        out[i] = time.perf_counter_ns() - t0
+        replies.append(got)
+    return out, replies
+
+
+@contextlib.contextmanager
+def native_echo(slot_size: int) -> Iterator[tuple[str, int]]:
+    """A native echo of each datagram as a slot-size reply to its source (the server loop's poll,
+    recvfrom and sendto, nothing else) in a thread of this process; yields its address."""
+    from ..native import lib
+
     echo = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     echo.bind(("127.0.0.1", 0))
-    echo.settimeout(0.1)  # so the thread sees the stop flag
+    echo.setblocking(False)
     stop = threading.Event()
 
     def serve() -> None:
-        while not stop.is_set():
-            try:
-                data, peer = echo.recvfrom(65536)
-            except TimeoutError:
-                continue
-            echo.sendto(data, peer)
+        while not stop.is_set() and lib.cq_echo_poll(echo.fileno(), slot_size, 100) == 0:
+            pass
 
     thread = threading.Thread(target=serve, name="udp-echo", daemon=True)
     thread.start()
-    client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    client.settimeout(timeout_s)
-    address, payload = echo.getsockname(), bytes(slot_size)
-    out = np.zeros(rounds, dtype=np.int64)
     try:
-        for i in range(rounds):
-            t0 = time.perf_counter_ns()
-            for _ in range(exchanges):
-                client.sendto(payload, address)
-                client.recv(65536)
-            out[i] = time.perf_counter_ns() - t0
+        yield echo.getsockname()
     finally:
         stop.set()
         thread.join(5.0)
-        client.close()
         echo.close()
-    return out
 
 
 def measure(configs: Sequence[Any], *, rounds: int = 2000, slot_size: int = wire.DEFAULT_SLOT_SIZE,
             decoder_id: int | None = None, placement: Any = None, seed: int = 1, p: float = 0.02,
-            warmup: int = 100) -> dict[str, Any]:
-    """Time ``rounds`` shots (enqueue + get_corrections) of one decoder through an in-process server,
-    then the bare floor; the report holds both and their ratio of medians."""
+            warmup: int = 100, blocks: int = 10) -> dict[str, Any]:
+    """Time ``rounds`` shots (enqueue + get_corrections) of one decoder through an in-process server
+    and as many bare exchanges with the native echo, in ``blocks`` alternating blocks (so both see
+    the machine alike); the report holds both and their ratio of medians.
+
+    Both send datagrams made before the clock starts, with the same client loop, so the ratio is
+    the server's (its protocol, session and decode on the placement) against the echo's."""
     config = next((c for c in configs if c.id == decoder_id), None) if decoder_id is not None else configs[0]
     if config is None:
         raise ValueError(f"the config has no decoder {decoder_id}")
@@ -76,16 +87,28 @@ def measure(configs: Sequence[Any], *, rounds: int = 2000, slot_size: int = wire
     if config.num_measurements > room:
         raise ValueError(f"decoder {config.id}'s {config.num_measurements} measurements do not fit one "
                          f"{slot_size}-byte slot ({room} bits): give a larger --slot-size")
-    rtt = np.zeros(rounds, dtype=np.int64)
+    get = wire.encode_request(wire.GET_CORRECTIONS, wire.encode_get_corrections(config.id, config.num_observables,
+                                                                               reset=True), slot_size=slot_size)
+    requests = [[wire.encode_request(wire.ENQUEUE_SYNDROMES, wire.encode_enqueue(config.id, shot, counter=i),
+                                     request_id=i, slot_size=slot_size), get] for i, shot in enumerate(shots)]
+    bare = [[bytes(slot_size)] * 2] * len(requests)
+    rtt, floor = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    edges = np.linspace(warmup, len(requests), blocks + 1).astype(int)
     with running_server([config], slot_size=slot_size, placement=placement) as server, \
-            Client(server.ports(), slot_size=slot_size) as client:
-        for i, shot in enumerate(shots):
-            t0 = time.perf_counter_ns()
-            client.enqueue(config.id, shot)
-            client.get_corrections(config.id, config.num_observables, reset=True)
-            if i >= warmup:
-                rtt[i - warmup] = time.perf_counter_ns() - t0
-    floor = udp_ping_pong(rounds + warmup, slot_size)[warmup:]
+            native_echo(slot_size) as echo, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(5.0)
+        target = ("127.0.0.1", server.ports()[config.id])
+        _, replies = _timed_exchanges(sock, target, requests[:warmup])
+        _timed_exchanges(sock, echo, bare[:warmup])
+        for a, b in zip(edges[:-1], edges[1:]):
+            t, got = _timed_exchanges(sock, target, requests[a:b])
+            rtt, replies = np.concatenate([rtt, t]), replies + got
+            floor = np.concatenate([floor, _timed_exchanges(sock, echo, bare[a:b])[0]])
+    for i, got in enumerate(replies):  # every answer was an answer, not an error
+        for reply in got:
+            header, _ = wire.decode_response(reply, slot_size)
+            if header.status != wire.Status.OK:
+                raise RuntimeError(f"shot {i}: the server answered {wire.Status(header.status).name}")
     server_stats, floor_stats = _percentiles(rtt), _percentiles(floor)
     return {"decoder": config.id, "type": config.type, "rounds": rounds, "slot_size": slot_size,
             "enqueue_get_us": server_stats, "udp_ping_pong_x2_us": floor_stats,

@@ -521,6 +521,28 @@ int32_t cq_server_poll(cq_server *s, uint32_t timeout_ms) {
     }
 }
 
+int32_t cq_echo_poll(int32_t fd, uint32_t slot_size, uint32_t timeout_ms) {
+    /* the server loop's system calls (poll, recvfrom, sendto of a slot) and nothing else */
+    uint8_t msg[CQ_DATAGRAM_BYTES];
+    if (slot_size > sizeof msg) slot_size = sizeof msg;
+    if (timeout_ms > 1000u) timeout_ms = 1000u;
+    uint64_t deadline = now_ms() + timeout_ms;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    for (uint64_t now = now_ms(); now < deadline; now = now_ms()) {
+        int ready = poll(&pfd, 1, (int)(deadline - now));
+        if (ready < 0 && errno != EINTR) {
+            set_err("poll: %s", strerror(errno));
+            return -1;
+        }
+        if (ready <= 0) continue;
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof peer;
+        ssize_t n = recvfrom(fd, msg, sizeof msg, MSG_DONTWAIT, (struct sockaddr *)&peer, &plen);
+        if (n >= 0) sendto(fd, msg, slot_size, MSG_DONTWAIT, (const struct sockaddr *)&peer, plen);
+    }
+    return 0;
+}
+
 void cq_server_counts(const cq_server *s, cq_counts *out) { *out = s->counts; }
 uint64_t cq_server_dispatched(const cq_server *s, uint32_t ring) { return ring < s->rings ? s->dispatched[ring] : 0; }
 const char *cq_server_first_error(const cq_server *s) { return s->first_error; }

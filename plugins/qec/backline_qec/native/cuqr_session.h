@@ -96,6 +96,9 @@ BL_API uint64_t cq_server_dispatched(const cq_server *s, uint32_t ring);
 /* The first socket or round error's text ("" when none). */
 BL_API const char *cq_server_first_error(const cq_server *s);
 BL_API void cq_server_free(cq_server *s);
+/* The bench's floor: echo each datagram on UDP socket fd (non-blocking, bound) as a slot_size reply
+ * to its source, with the server loop's system calls, until timeout_ms passes (at most 1000); 0 or -1. */
+BL_API int32_t cq_echo_poll(int32_t fd, uint32_t slot_size, uint32_t timeout_ms);
 BL_API const char *cq_last_error(void);
 
 #endif
