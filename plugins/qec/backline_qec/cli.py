@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from backline_core import BacklineError, InvalidArgumentError
-from backline_core.sdk import Parser, read_input_file, read_input_text, run_command
+from backline_core.sdk import Parser, cpu_or_none, read_input_file, read_input_text, run_command
 
 #: the largest circuit, placement or b8 file read
 MAX_CIRCUIT_BYTES = 64 << 20
@@ -137,7 +137,8 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     result = stream(circuit, args.decoder, shots=args.shots, seed=args.seed, detectors=detectors,
                     observables=observables, placement=placement, transport=args.transport, runs_in=args.runs_in,
                     transport_args=dict(args.transport_arg), window=args.window, commit=args.commit,
-                    cycle_us=args.cycle_us, **params)
+                    cycle_us=args.cycle_us, controller_cpu=args.controller_cpu,
+                    coprocessor_cpu=args.coprocessor_cpu, **params)
     report = result.to_json()
     from .stream import MIN_PACED_CYCLE_NS
 
@@ -205,6 +206,10 @@ def parser() -> Parser:
     s.add_argument("--window", type=int, help="rounds a window decodes (default: the whole shot)")
     s.add_argument("--commit", type=int, help="rounds a window commits (with --window)")
     s.add_argument("--cycle-us", type=float, default=0.0, help="a round every T us (default 0: as fast as possible)")
+    s.add_argument("--controller-cpu", type=cpu_or_none, default=None,
+                   help="pin the thread that drives the rounds to this CPU (default: none)")
+    s.add_argument("--coprocessor-cpu", type=cpu_or_none, default=None,
+                   help="pin the coprocessor's poller to this CPU, a key of the transport's (default: none)")
     s.add_argument("--predictions", help="write the predicted observable flips (b8)")
     s.add_argument("--json", help="write the report (JSON)")
     s.add_argument("--plot", help="write latency CCDF, backlog and LER(t) (PNG)")

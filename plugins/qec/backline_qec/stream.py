@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import time
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -134,6 +136,20 @@ def _wilson(errors: int | None, n: int) -> list[float] | None:
     return [0.0 if errors == 0 else max(0.0, centre - half), 1.0 if errors == n else min(1.0, centre + half)]
 
 
+@contextlib.contextmanager
+def _pinned(cpu: int | None) -> Iterator[None]:
+    """This thread on ``cpu`` (none: as it is) for the block."""
+    if cpu is None:
+        yield
+        return
+    old = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, old)
+
+
 def _drive(sw: SlidingWindowDecoder, plan: bytes, dets: np.ndarray, cycle_ns: int, *, key: str | None,
            engine: Engine | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     shots = len(dets)
@@ -158,13 +174,22 @@ def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int 
            detectors: np.ndarray | None = None, observables: np.ndarray | None = None,
            placement: Placement | None = None, transport: str = "memcpy", runs_in: str = "thread",
            transport_args: dict[str, Any] | None = None, window: int | None = None, commit: int | None = None,
-           cycle_us: float = 0.0, reference: bool = True, **params: Any) -> StreamResult:
-    """Decode ``circuit``'s shots round by round with ``decoder`` on a coprocessor (see the module)."""
+           cycle_us: float = 0.0, reference: bool = True, controller_cpu: int | None = None,
+           coprocessor_cpu: int | None = None, **params: Any) -> StreamResult:
+    """Decode ``circuit``'s shots round by round with ``decoder`` on a coprocessor (see the module).
+
+    ``controller_cpu`` pins the thread that drives the rounds while it does, ``coprocessor_cpu`` the
+    coprocessor's poller (a key of the transport's own, as the bench pins them)."""
     if not isinstance(circuit, stim.Circuit):
         raise InvalidArgumentError(f"expected a stim.Circuit, not {type(circuit).__name__}")
     if not isinstance(cycle_us, (int, float)) or isinstance(cycle_us, bool) or not 0 <= cycle_us <= 1e6:
         raise InvalidArgumentError(f"cycle_us={cycle_us!r} must be a number of microseconds from 0 to 1e6 (0: as "
                                    "fast as possible)")
+    allowed = os.sched_getaffinity(0)
+    for what, cpu in (("controller_cpu", controller_cpu), ("coprocessor_cpu", coprocessor_cpu)):
+        if cpu is not None and (not isinstance(cpu, int) or isinstance(cpu, bool) or cpu not in allowed):
+            raise InvalidArgumentError(f"{what}={cpu!r}: not a CPU this process may run on (it may use "
+                                       f"{sorted(allowed)}); or give none")
     sw = SlidingWindowDecoder(circuit, decoder, window=window, commit=commit, **params)
     if detectors is None:
         if not isinstance(shots, int) or isinstance(shots, bool) or shots < 1:
@@ -190,11 +215,21 @@ def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int 
                                        "choose a native decoder (lut, bposd) or another place (thread, process)")
         executor = stack.enter_context(local_executor()) if runs_in == "executor" else None
         # the transport's own keys go to both ends (ucx's tls: one for both nodes), as the bench does
+        coprocessor_args = dict(transport_args or {})
+        if coprocessor_cpu is not None:
+            if "cpu" not in plugins.transport_backend(transport, "cpu", "coprocessor").init_args \
+                    or runs_in == "controller-thread":
+                raise InvalidArgumentError(f"coprocessor_cpu: transport {transport!r} has no poller to pin when its "
+                                           f"coprocessor runs in {runs_in!r}; give none")
+            coprocessor_args["cpu"] = coprocessor_cpu
         placement = Placement(controller=Controller(init_args=dict(transport_args or {})), transport=transport,
                               coprocessors=[
             Coprocessor(name=COPROCESSOR, coprocessor_fn=engine_fn, runs_in=runs_in, endpoint=endpoint,
-                        executor=executor, init_args=dict(transport_args or {}))])
+                        executor=executor, init_args=coprocessor_args)])
     else:
+        if coprocessor_cpu is not None:
+            raise InvalidArgumentError("coprocessor_cpu: with a placement, pin its coprocessor in the placement (its "
+                                       "transport's cpu key)")
         if len(placement.coprocessors) != 1:
             raise InvalidArgumentError(f"the placement has {len(placement.coprocessors)} coprocessors; a stream "
                                        "decodes on one")
@@ -206,13 +241,15 @@ def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int 
     t0 = time.monotonic()
     with stack, deploy(placement, in_bytes=2 + (max_round + 7) // 8, out_bytes=(sw.num_observables + 7) // 8) as d:
         session = d.session()
-        flips, rtt, lag, reaction = _drive(sw, plan, dets, cycle_ns, key=session.key, engine=None)
+        with _pinned(controller_cpu):  # after deploy: a coprocessor thread must not inherit the pin
+            flips, rtt, lag, reaction = _drive(sw, plan, dets, cycle_ns, key=session.key, engine=None)
     wall = time.monotonic() - t0
     ref_rtt = None
     if reference:  # the same windows decoded in this thread, no transport: what the placement adds
         engine = Engine(plan, sw.decoders)
         try:
-            ref_flips, ref_rtt, _, _ = _drive(sw, plan, dets, 0, key=None, engine=engine)
+            with _pinned(controller_cpu):
+                ref_flips, ref_rtt, _, _ = _drive(sw, plan, dets, 0, key=None, engine=engine)
         finally:
             engine.close()
         if not (ref_flips == flips).all():

@@ -172,6 +172,9 @@ def test_a_malformed_plan_is_refused() -> None:
     ({"detectors": np.zeros((3, 5), np.uint8)}, "the circuit has 48 detectors"),
     ({"shots": 0}, "shots=0"),
     ({"no_such": 1}, "unknown parameter 'no_such'"),
+    ({"controller_cpu": 4096}, "controller_cpu=4096: not a CPU this process may run on"),
+    ({"coprocessor_cpu": "1"}, "coprocessor_cpu='1': not a CPU"),
+    ({"coprocessor_cpu": 0, "runs_in": "controller-thread"}, "has no poller to pin"),
 ])
 def test_bad_input_is_one_clear_error(kwargs: dict, says: str) -> None:
     with pytest.raises(InvalidArgumentError, match=says):
@@ -259,3 +262,14 @@ def test_the_ler_interval_is_exact_at_no_and_at_all_errors() -> None:
     low, high = _wilson(10, 1000)
     assert low < 0.01 < high
     assert _wilson(None, 10) is None
+
+
+def test_pinned_ends_predict_as_unpinned_and_leave_this_thread_as_it_was(shots: tuple[np.ndarray, np.ndarray]) -> None:
+    import os
+
+    before = os.sched_getaffinity(0)
+    cpus = sorted(before)
+    pinned = stream(surface(), "lut", detectors=shots[0][:50], window=4, commit=2, controller_cpu=cpus[0],
+                    coprocessor_cpu=cpus[-1])
+    assert (pinned.predictions == stream(surface(), "lut", detectors=shots[0][:50], window=4, commit=2).predictions).all()
+    assert os.sched_getaffinity(0) == before
