@@ -11,7 +11,8 @@ them decoded by any decoder that builds from a detector error model.
 """
 
 from .rounds import RoundError, detector_rounds
-from .windows import SlidingWindowDecoder, Window, WindowModel, plan_windows, window_model
+from .windows import (ParallelWindowDecoder, SlidingWindowDecoder, Window, WindowModel, plan_parallel_windows,
+                      plan_windows, window_model)
 
-__all__ = ["RoundError", "SlidingWindowDecoder", "Window", "WindowModel", "detector_rounds", "plan_windows",
+__all__ = ["ParallelWindowDecoder", "RoundError", "SlidingWindowDecoder", "Window", "WindowModel", "detector_rounds", "plan_parallel_windows", "plan_windows",
            "window_model"]

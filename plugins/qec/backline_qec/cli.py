@@ -4,6 +4,7 @@
         [--shots N --seed S | --detectors FILE.b8 [--observables FILE.b8]]
         [--transport T --runs-in R [--transport-arg K=V]... | --placement FILE.json]
         [--window W --commit C] [--cycle-us T]
+        [--parallel-windows [--workers N] [--round-timeout-ms MS]]
         [--predictions FILE.b8] [--json FILE] [--plot FILE.png]
     backline qec export-config CIRCUIT.stim|DEM.dem --decoder NAME [--decoder-param K=V]... [--out FILE]
 
@@ -83,6 +84,25 @@ def summary_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def parallel_summary_text(report: dict[str, Any]) -> str:
+    lat = report["latency_ns"]
+    ler = "n/a (no observables given)" if report["ler"] is None else (
+        f"{report['ler']:.4g} ({report['logical_errors']} of {report['shots']}; 95% CI "
+        f"{report['ler_ci95'][0]:.3g}-{report['ler_ci95'][1]:.3g})")
+    layers = [w["layer"] for w in report["parallel_windows"]]
+    per = ", ".join(f"{k} {v}" for k, v in report["windows_per_worker"].items())
+    lines = [
+        f"decoder {report['decoder']['name']} in parallel windows on {report['workers']} worker(s) over "
+        f"{report['placement']['transport']} ({report['placement']['runs_in']}): {report['shots']} shots x "
+        f"{report['rounds']} rounds, {layers.count('A')} layer-A and {layers.count('B')} layer-B windows a shot",
+        f"logical error rate {ler}",
+        f"{report['windows_per_s']:.0f} windows/s ({per}); window latency p50 {lat['p50'] / 1e3:.3f} us, "
+        f"p99 {lat['p99'] / 1e3:.3f} us",
+        f"worker failures {len(report['worker_failures'])}; deadline misses {report['deadline_misses']}",
+    ]
+    return "\n".join(lines)
+
+
 def plot(result: Any, path: str) -> None:
     try:
         import matplotlib
@@ -134,12 +154,32 @@ def _cmd_stream(args: argparse.Namespace) -> int:
                                            f"{len(detectors)}")
     elif args.observables:
         raise InvalidArgumentError("--observables goes with --detectors (sampled shots carry their own)")
+    if not args.parallel_windows and (args.workers is not None or args.round_timeout_ms is not None):
+        raise InvalidArgumentError("--workers and --round-timeout-ms go with --parallel-windows")
+    if args.parallel_windows:
+        if args.workers is not None and args.workers < 1:
+            raise InvalidArgumentError(f"--workers {args.workers}: give at least 1 worker")
+        if args.plot:
+            raise InvalidArgumentError("--plot is not drawn for --parallel-windows (its report is the JSON)")
+        if args.window is None or args.commit is None:
+            raise InvalidArgumentError("--parallel-windows needs --window W --commit C: layer-A windows of W rounds "
+                                       "commit their middle C")
     result = stream(circuit, args.decoder, shots=args.shots, seed=args.seed, detectors=detectors,
-                    observables=observables, placement=placement, transport=args.transport, runs_in=args.runs_in,
+                    observables=observables, placement=placement, transport=args.transport,
+                    runs_in=args.runs_in if args.runs_in_given else None,
                     transport_args=dict(args.transport_arg), window=args.window, commit=args.commit,
                     cycle_us=args.cycle_us, controller_cpu=args.controller_cpu,
-                    coprocessor_cpu=args.coprocessor_cpu, **params)
+                    coprocessor_cpu=args.coprocessor_cpu, parallel_windows=args.parallel_windows,
+                    workers=args.workers, round_timeout_ms=args.round_timeout_ms, **params)
     report = result.to_json()
+    if args.parallel_windows:
+        if args.predictions:
+            write_b8(args.predictions, result.predictions)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(report, fh, indent=2)
+        print(parallel_summary_text(report))
+        return 0
     from .stream import MIN_PACED_CYCLE_NS
 
     if 0 < report["cycle_ns"] < MIN_PACED_CYCLE_NS:
@@ -202,7 +242,8 @@ def parser() -> Parser:
     s.add_argument("--transport", default="memcpy", action=_Given)
     s.add_argument("--runs-in", default="thread", action=_Given)
     s.add_argument("--transport-arg", type=_key_value, action="append", default=[], metavar="K=V")
-    s.add_argument("--placement", help="a placement JSON (Placement.to_json) with one coprocessor")
+    s.add_argument("--placement", help="a placement JSON (Placement.to_json) with one coprocessor (with "
+                                       "--parallel-windows: one per worker)")
     s.add_argument("--window", type=int, help="rounds a window decodes (default: the whole shot)")
     s.add_argument("--commit", type=int, help="rounds a window commits (with --window)")
     s.add_argument("--cycle-us", type=float, default=0.0, help="a round every T us (default 0: as fast as possible)")
@@ -210,6 +251,15 @@ def parser() -> Parser:
                    help="pin the thread that drives the rounds to this CPU (default: none)")
     s.add_argument("--coprocessor-cpu", type=cpu_or_none, default=None,
                    help="pin the coprocessor's poller to this CPU, a key of the transport's (default: none)")
+    s.add_argument("--parallel-windows", action="store_true",
+                   help="decode layer-A windows (W rounds committing the middle C) concurrently on several workers, "
+                        "then the layer-B windows between them")
+    s.add_argument("--workers", type=int, default=None,
+                   help="with --parallel-windows: coprocessors started as workers (default 2, in processes; with "
+                        "--placement, its coprocessors)")
+    s.add_argument("--round-timeout-ms", type=int, default=None,
+                   help="with --parallel-windows: a window's deadline on a worker (default the sessions' 1000 ms); "
+                        "a worker past it is retired and the window re-sent")
     s.add_argument("--predictions", help="write the predicted observable flips (b8)")
     s.add_argument("--json", help="write the report (JSON)")
     s.add_argument("--plot", help="write latency CCDF, backlog and LER(t) (PNG)")

@@ -100,3 +100,47 @@ def engine_init(context: bytes) -> NativeFunction:
     """``python_init`` of the engine function: bind the window decoders here and build the engine."""
     plan, decoders = split_context(context)
     return Engine(plan, decoders).native()
+
+
+def window_function(decoders: Sequence[CoprocessorFunction]) -> CoprocessorFunction:
+    """One function serving every window shape of parallel windows: decoder id ``s`` is ``decoders[s]``.
+
+    A round is one window: its detection events in, its committed observable flips and handed-on
+    detector flips out (the window decoder's own reply). Native throughout with native window
+    decoders; with a Python one, :func:`window_init` binds them in the coprocessor's process."""
+    ids = tuple(range(len(decoders)))
+    bits = max(int(d.reply_bits or 0) for d in decoders) or None
+    if all(not d.is_python for d in decoders):
+        return CoprocessorFunction(name="qec-windows", library=LIBRARY, symbol="qs_mux_fn", init_symbol="qs_mux_init",
+                                   fini_symbol="qs_mux_fini", decoder_ids=ids, context=native.describe(decoders),
+                                   reply_bits=bits)
+    return CoprocessorFunction(name="qec-windows", python_init=window_init, decoder_ids=ids,
+                               context=native.python_context(b"", decoders), reply_bits=bits)
+
+
+class WindowMux:
+    """stream.h's window multiplexer over window decoders bound in this process."""
+
+    def __init__(self, decoders: Sequence[CoprocessorFunction]) -> None:
+        self.ptr = ffi.NULL
+        self.inner = Bound(decoders)
+        self.ptr = lib.qs_mux_create(self.inner.fns, self.inner.ctxs, len(self.inner.bound))
+        if self.ptr == ffi.NULL:
+            self.close()
+            raise InvalidArgumentError(f"the window multiplexer refused its decoders: {last_error()}")
+
+    def native(self) -> NativeFunction:
+        fn = int(ffi.cast("uintptr_t", ffi.addressof(lib, "qs_mux_fn")))
+        return NativeFunction(fn=fn, ctx=int(ffi.cast("uintptr_t", self.ptr)), keep=self, close=self.close)
+
+    def close(self) -> None:
+        ptr, self.ptr = self.ptr, ffi.NULL
+        if ptr != ffi.NULL:
+            lib.qs_mux_free(ptr)
+        self.inner.close()
+
+
+def window_init(context: bytes) -> NativeFunction:
+    """``python_init`` of :func:`window_function`: bind the window decoders here."""
+    _, decoders = split_context(context)
+    return WindowMux(decoders).native()

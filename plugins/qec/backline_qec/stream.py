@@ -14,7 +14,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -23,9 +23,10 @@ import stim
 from backline_core import (BacklineError, Controller, Coprocessor, Endpoint, InvalidArgumentError, Placement, deploy,
                            get_library, plugins)
 from backline_core.sdk import free_port, local_executor
-from .engine import Engine, engine_function, encode_plan
+from .engine import Engine, encode_plan, engine_function, window_function
 from .native import ffi, lib
-from .windows import SlidingWindowDecoder
+from .parallel import ParallelStreamResult, dispatch
+from .windows import ParallelWindowDecoder, SlidingWindowDecoder
 
 #: the name of the coprocessor that decodes, where stream() makes the placement
 COPROCESSOR = "decoder"
@@ -172,16 +173,35 @@ def _drive(sw: SlidingWindowDecoder, plan: bytes, dets: np.ndarray, cycle_ns: in
 
 def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int | None = None,
            detectors: np.ndarray | None = None, observables: np.ndarray | None = None,
-           placement: Placement | None = None, transport: str = "memcpy", runs_in: str = "thread",
+           placement: Placement | None = None, transport: str = "memcpy", runs_in: str | None = None,
            transport_args: dict[str, Any] | None = None, window: int | None = None, commit: int | None = None,
            cycle_us: float = 0.0, reference: bool = True, controller_cpu: int | None = None,
-           coprocessor_cpu: int | None = None, **params: Any) -> StreamResult:
+           coprocessor_cpu: int | None = None, parallel_windows: bool = False, workers: int | None = None,
+           round_timeout_ms: int | None = None, on_progress: Callable[[int, Any], None] | None = None,
+           **params: Any) -> StreamResult | ParallelStreamResult:
     """Decode ``circuit``'s shots round by round with ``decoder`` on a coprocessor (see the module).
 
     ``controller_cpu`` pins the thread that drives the rounds while it does, ``coprocessor_cpu`` the
-    coprocessor's poller (a key of the transport's own, as the bench pins them)."""
+    coprocessor's poller (a key of the transport's own, as the bench pins them).
+
+    ``parallel_windows``: decode layer-A windows of ``window`` rounds committing their middle
+    ``commit`` concurrently on ``workers`` coprocessors (default: the placement's coprocessors, or
+    2 processes), then the layer-B windows between them (docs/streaming.md, "Parallel windows");
+    ``round_timeout_ms`` is each window's deadline there (the sessions' ``timeout_ms``), and
+    ``on_progress(windows_done, deployment)`` is called after each commit (a test's fault hook)."""
     if not isinstance(circuit, stim.Circuit):
         raise InvalidArgumentError(f"expected a stim.Circuit, not {type(circuit).__name__}")
+    if parallel_windows:
+        return _stream_parallel(circuit, decoder, shots=shots, seed=seed, detectors=detectors, observables=observables,
+                                placement=placement, transport=transport, runs_in=runs_in,
+                                transport_args=transport_args, window=window, commit=commit, cycle_us=cycle_us,
+                                reference=reference, controller_cpu=controller_cpu, coprocessor_cpu=coprocessor_cpu,
+                                workers=workers, round_timeout_ms=round_timeout_ms, on_progress=on_progress,
+                                **params)
+    for what, value in (("workers", workers), ("round_timeout_ms", round_timeout_ms), ("on_progress", on_progress)):
+        if value is not None:
+            raise InvalidArgumentError(f"{what} goes with parallel_windows=True (--parallel-windows)")
+    runs_in = runs_in or "thread"
     if not isinstance(cycle_us, (int, float)) or isinstance(cycle_us, bool) or not 0 <= cycle_us <= 1e6:
         raise InvalidArgumentError(f"cycle_us={cycle_us!r} must be a number of microseconds from 0 to 1e6 (0: as "
                                    "fast as possible)")
@@ -271,3 +291,107 @@ def placement_description(placement: Placement) -> dict[str, Any]:
     node = placement.coprocessors[0]
     return {"transport": placement.transport, "runs_in": node.runs_in, "init_args": dict(node.init_args),
             "coprocessor": node.name}
+
+
+#: the workers stream() starts for parallel windows when neither a placement nor ``workers`` names them
+DEFAULT_WORKERS = 2
+
+
+def _sample(circuit: stim.Circuit, shots: int, seed: int | None, detectors: np.ndarray | None,
+            observables: np.ndarray | None, num_detectors: int,
+            num_observables: int) -> tuple[np.ndarray, np.ndarray | None]:
+    if detectors is None:
+        if not isinstance(shots, int) or isinstance(shots, bool) or shots < 1:
+            raise InvalidArgumentError(f"shots={shots!r} must be a positive int")
+        return circuit.compile_detector_sampler(seed=seed).sample(shots, separate_observables=True)
+    dets, obs = np.asarray(detectors), None if observables is None else np.asarray(observables)
+    if dets.ndim != 2 or dets.shape[1] != num_detectors:
+        raise InvalidArgumentError(f"the detection events have shape {dets.shape}; the circuit has "
+                                   f"{num_detectors} detectors a shot")
+    if obs is not None and obs.shape != (len(dets), num_observables):
+        raise InvalidArgumentError(f"the observables have shape {obs.shape}; expected ({len(dets)}, "
+                                   f"{num_observables})")
+    return dets, obs
+
+
+def _stream_parallel(circuit: stim.Circuit, decoder: str, *, shots: int, seed: int | None,
+                     detectors: np.ndarray | None, observables: np.ndarray | None, placement: Placement | None,
+                     transport: str, runs_in: str | None, transport_args: dict[str, Any] | None,
+                     window: int | None, commit: int | None, cycle_us: float, reference: bool,
+                     controller_cpu: int | None, coprocessor_cpu: int | None, workers: int | None,
+                     round_timeout_ms: int | None, on_progress: Callable[[int, Any], None] | None,
+                     **params: Any) -> ParallelStreamResult:
+    if cycle_us:
+        raise InvalidArgumentError("--cycle-us is not supported with --parallel-windows: its windows are dispatched "
+                                   "as fast as the workers take them (give --cycle-us 0)")
+    if controller_cpu is not None or coprocessor_cpu is not None:
+        raise InvalidArgumentError("--controller-cpu/--coprocessor-cpu are not supported with --parallel-windows "
+                                   "(one thread per worker drives the windows)")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= 64):
+        raise InvalidArgumentError(f"workers={workers!r} must be a whole number from 1 to 64")
+    if round_timeout_ms is not None and (not isinstance(round_timeout_ms, int) or isinstance(round_timeout_ms, bool)
+                                         or round_timeout_ms < 1):
+        raise InvalidArgumentError(f"round_timeout_ms={round_timeout_ms!r} must be a positive whole number of ms")
+    pw = ParallelWindowDecoder(circuit, decoder, window=window, commit=commit, **params)
+    if circuit.num_observables == 0:
+        raise InvalidArgumentError("the circuit has no observables (no OBSERVABLE_INCLUDE): there is no logical "
+                                   "outcome to predict")
+    dets, obs = _sample(circuit, shots, seed, detectors, observables, pw.num_detectors, pw.num_observables)
+    dets = dets.astype(np.uint8)
+    fn = window_function(pw.decoders)
+    controller_args = dict(transport_args or {})
+    if round_timeout_ms is not None:
+        controller_args["timeout_ms"] = round_timeout_ms
+    stack = contextlib.ExitStack()
+    if placement is None:
+        runs_in = runs_in or "process"
+        if runs_in == "executor" and fn.is_python:
+            raise InvalidArgumentError(f"decoder {decoder!r} runs in Python, and an executor runs native code only: "
+                                       "choose a native decoder (lut, bposd) or another place (thread, process)")
+        needs_endpoint = plugins.transport_backend(transport, "cpu", "coprocessor").needs_endpoint
+        nodes = []
+        for i in range(workers or DEFAULT_WORKERS):
+            endpoint = Endpoint(host=LOOPBACK, port=free_port(LOOPBACK)) if needs_endpoint else None
+            executor = stack.enter_context(local_executor()) if runs_in == "executor" else None
+            nodes.append(Coprocessor(name=f"worker-{i}", coprocessor_fn=fn, runs_in=runs_in, endpoint=endpoint,
+                                     executor=executor, init_args=dict(transport_args or {})))
+        placement = Placement(controller=Controller(init_args=controller_args), transport=transport, coprocessors=nodes)
+    else:
+        if workers is not None and workers != len(placement.coprocessors):
+            raise InvalidArgumentError(f"workers={workers} but the placement names {len(placement.coprocessors)} "
+                                       "coprocessors: each coprocessor is a worker (leave out workers)")
+        controller = placement.controller
+        if round_timeout_ms is not None:
+            controller = dataclasses.replace(controller, init_args={**dict(controller.init_args),
+                                                                    "timeout_ms": round_timeout_ms})
+        placement = dataclasses.replace(placement, controller=controller, coprocessors=[
+            dataclasses.replace(node, coprocessor_fn=fn) for node in placement.coprocessors])
+    names = [node.name for node in placement.coprocessors]
+    in_bytes = max((len(m.detectors) + 7) // 8 for m in pw.models)
+    out_bytes = max((pw.num_observables + len(m.handed_on) + 7) // 8 for m in pw.models)
+    timeout_s = (round_timeout_ms if round_timeout_ms is not None else 1000) / 1000
+    t0 = time.monotonic()
+    with stack, deploy(placement, in_bytes=in_bytes, out_bytes=out_bytes) as d:
+        ran = dispatch(pw, dets, d, names, round_timeout_s=timeout_s, on_progress=on_progress)
+    wall = time.monotonic() - t0
+    flips = ran["predictions"]
+    ref_s = None
+    if reference:  # the same windows decoded in this process, in layers: the decomposition gives the same answer
+        t1 = time.perf_counter()
+        ref = pw.decode_batch(dets)
+        ref_s = time.perf_counter() - t1
+        if not (ref == flips).all():
+            raise BacklineError("the predictions over the workers differ from the same windows decoded in this process")
+    wrong = (flips != obs).any(axis=1) if obs is not None else np.zeros(len(dets), bool)
+    layers = [{"layer": "A" if w.open_start else "B", "start": w.start, "end": w.end, "commit_start": w.commit_from,
+               "commit_end": w.commit_end, "after": list(a)} for w, a in zip(pw.windows, pw.after)]
+    node = placement.coprocessors[0]
+    return ParallelStreamResult(
+        shots=len(dets), rounds=pw.num_rounds, windows_per_shot=len(pw.windows), predictions=flips,
+        logical_errors=int(wrong.sum()) if obs is not None else None, window_latency_ns=ran["latency"],
+        window_worker=ran["by"], workers=names, worker_failures=ran["failures"], deadline_misses=ran["misses"],
+        dispatch_s=ran["elapsed"],
+        placement={"transport": placement.transport, "runs_in": node.runs_in, "init_args": dict(node.init_args),
+                   "coprocessors": names},
+        decoder={"name": decoder, "params": pw.params, "window": window, "commit": commit},
+        layers=layers, wall_s=wall, reference_s=ref_s)

@@ -328,3 +328,56 @@ done:
     qb_core_close(&core);
     return status;
 }
+
+/* -- the window multiplexer (parallel windows) ------------------------------------------------- */
+
+struct qs_mux {
+    uint32_t shapes;
+    qs_fn fns[255];
+    void *ctxs[255];
+    qb_bound *bound; /* what qs_mux_init bound (NULL when built from Python) */
+};
+
+qs_mux *qs_mux_create(const qs_fn *fns, void *const *ctxs, uint32_t shapes) {
+    if (!fns || !ctxs || !shapes || shapes > 255u) return set_err("1 to 255 window decoders, got %u", shapes), NULL;
+    qs_mux *m = calloc(1, sizeof *m);
+    if (!m) return set_err("out of memory"), NULL;
+    m->shapes = shapes;
+    for (uint32_t s = 0; s < shapes; s++) m->fns[s] = fns[s], m->ctxs[s] = ctxs[s];
+    return m;
+}
+
+void qs_mux_free(qs_mux *m) {
+    if (!m) return;
+    if (m->bound) qb_unbind_list(m->bound, m->shapes);
+    free(m);
+}
+
+int32_t qs_mux_init(const void *params, size_t len, void **ctx) {
+    const uint8_t *p = params, *end = p + len;
+    uint32_t shapes = 0;
+    char why[480];
+    if (!p || !ctx) return set_err("the window decoders' context is missing"), BL_EINVAL;
+    qb_bound *bound = qb_bind_list(&p, end, 255u, &shapes, why, sizeof why);
+    if (!bound) return set_err("window decoders: %s", why), BL_EINVAL;
+    qs_fn fns[255] = {0};
+    void *ctxs[255] = {0};
+    for (uint32_t s = 0; s < shapes; s++) fns[s] = (qs_fn)bound[s].fn, ctxs[s] = bound[s].ctx;
+    qs_mux *m = qs_mux_create(fns, ctxs, shapes);
+    if (!m) {
+        qb_unbind_list(bound, shapes);
+        return BL_EINVAL;
+    }
+    m->bound = bound;
+    *ctx = m;
+    return 0;
+}
+
+void qs_mux_fini(void *ctx) { qs_mux_free(ctx); }
+
+int32_t qs_mux_fn(void *ctx, uint32_t decoder_id, const uint8_t *in, uint32_t in_len, uint8_t *out,
+                  uint32_t out_cap, uint32_t *out_len) {
+    qs_mux *m = ctx;
+    if (!m || decoder_id >= m->shapes) return QS_EORDER; /* no window shape with this id */
+    return m->fns[decoder_id](m->ctxs[decoder_id], 0, in, in_len, out, out_cap, out_len);
+}

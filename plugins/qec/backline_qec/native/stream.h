@@ -66,6 +66,17 @@ BL_API int32_t qs_engine_fn(void *ctx, uint32_t decoder_id, const uint8_t *in, u
 BL_API int32_t qs_drive(const char *libbackline, const char *key, qs_engine *local, const uint8_t *plan, size_t plan_len,
                  const uint8_t *dets, uint64_t shots, uint64_t cycle_ns, uint8_t *predictions, uint64_t *rtt_ns,
                  uint64_t *lag_ns, uint64_t *reaction_ns, char *err, size_t err_len);
+/* A window decoder per window shape behind one function (parallel windows, docs/streaming.md): round
+ * with decoder id s goes to fns[s](ctxs[s], 0, ...) unchanged -- the payload is the window's detection
+ * events and the reply its committed observable flips, then its handed-on detector flips. */
+typedef struct qs_mux qs_mux;
+BL_API qs_mux *qs_mux_create(const qs_fn *fns, void *const *ctxs, uint32_t shapes);
+BL_API void qs_mux_free(qs_mux *m);
+/* As a native function with its own init: the context is a bind.h list of the window decoders. */
+BL_API int32_t qs_mux_init(const void *params, size_t len, void **ctx);
+BL_API void qs_mux_fini(void *ctx);
+BL_API int32_t qs_mux_fn(void *ctx, uint32_t decoder_id, const uint8_t *in, uint32_t in_len, uint8_t *out,
+                         uint32_t out_cap, uint32_t *out_len);
 BL_API const char *qs_last_error(void);
 
 #endif
