@@ -114,20 +114,32 @@ def _cmd_collect(args: argparse.Namespace) -> int:
             raise InvalidArgumentError(f"--placement {args.placement}: has {len(placement.coprocessors)} "
                                        "coprocessors; a batch streams to one")
         placement_json = placement.to_json()
-    check_decoders(decoders, placement=placement_json is not None)
-    tasks = read_tasks(args.circuits, decoders, metadata_from_filename=args.metadata_from_filename)
-    if args.save_resume_filepath:
-        from .collect import existing_rows
-
-        existing_rows(args.save_resume_filepath)  # a file that is not sinter's CSV: refused before any cluster
-    from .cluster import open_cluster
-    from .collect import collect
+    from .cluster import LocalStart, open_cluster, prepare_local_workers
+    from .collect import collect, existing_rows
     from .progress import SweepProgress
 
     progress = SweepProgress(None if args.no_progress else sys.stderr)
     with _DeferInterrupt() as held:
-        cluster = open_cluster(scheduler=args.scheduler, workers=args.workers, dashboard=args.dashboard,
-                               timeout=args.connect_timeout)
+        starting = None
+        if not args.scheduler:
+            # the workers' imports (in the fork server) and the local cluster's start run while the
+            # tasks are read and checked here; bad input then shuts down what started, and is reported
+            prepare_local_workers(decoders)
+            starting = LocalStart(workers=args.workers, dashboard=args.dashboard, timeout=args.connect_timeout)
+        try:
+            check_decoders(decoders, placement=placement_json is not None)
+            tasks = read_tasks(args.circuits, decoders, metadata_from_filename=args.metadata_from_filename)
+            if args.save_resume_filepath:
+                existing_rows(args.save_resume_filepath)  # a file that is not sinter's CSV: refused before any batch
+        except BaseException:
+            if starting is not None:
+                starting.discard()
+            raise
+        if starting is not None:
+            cluster = starting.result()
+        else:
+            cluster = open_cluster(scheduler=args.scheduler, workers=args.workers, dashboard=args.dashboard,
+                                   timeout=args.connect_timeout)
     interrupted = held.hit
     totals: list[Any] = []
     with cluster:
@@ -136,7 +148,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
                  f"a local cluster of {args.workers} worker process{'es' if args.workers > 1 else ''}")
         progress.note(f"backline collect: {len(tasks)} task{'s' if len(tasks) != 1 else ''} on {where}"
                       + (f", placement {args.placement}" if args.placement else ""))
-        dashboard = cluster.dashboard
+        dashboard = cluster.dashboard if args.dashboard or args.scheduler else None
         if dashboard:
             progress.note(f"Dask dashboard: {dashboard}")
         elif args.dashboard:

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 
 from backline_core import BacklineError
 
-from .batches import Batch, BatchResult, BatchSizer, batch_seed, run_batch
+from .batches import Batch, BatchResult, BatchSizer, batch_seed, max_batch_shots, run_batch
 from .cluster import Cluster
 from .progress import SweepProgress
 from .tasks import TaskSpec
@@ -120,7 +120,7 @@ def collect(tasks: Sequence[TaskSpec], cluster: Cluster, *, max_shots: int, max_
     before = existing_rows(save_path)
     states: dict[str, TaskState] = {}
     for spec in tasks:
-        st = TaskState(spec=spec)
+        st = TaskState(spec=spec, sizer=BatchSizer(max_shots=max_batch_shots(spec.num_detectors)))
         if spec.strong_id in before:
             st.shots_before, st.errors_before = before[spec.strong_id].shots, before[spec.strong_id].errors
         st.unassigned = max(0, max_shots - st.shots_before)
@@ -139,8 +139,10 @@ def collect(tasks: Sequence[TaskSpec], cluster: Cluster, *, max_shots: int, max_
             if not open_tasks:
                 return
             st = min(open_tasks, key=lambda s: s.in_flight)  # sinter: the task with the fewest workers
-            # the tail of a task is split over the workers rather than left to one
-            shots = min(st.sizer.shots, st.unassigned, max(1, math.ceil(st.unassigned / slots)))
+            # the tail of a task is split over the workers rather than left to one, but into no
+            # batch under a quarter of the ramp's size (halving it down to 1 shot cost a round trip each)
+            shots = min(st.sizer.shots, st.unassigned,
+                        max(math.ceil(st.unassigned / slots), st.sizer.shots // 4, 1))
             batch = Batch(batch_id=next_id, strong_id=st.spec.strong_id, shots=shots, seed=batch_seed(run_seed, next_id))
             next_id += 1
             st.unassigned -= shots
