@@ -5,6 +5,8 @@
         [--transport T --runs-in R [--transport-arg K=V]... | --placement FILE.json]
         [--window W --commit C] [--cycle-us T]
         [--parallel-windows [--workers N] [--round-timeout-ms MS]]
+        [--escalate-to NAME [--escalate-when syndrome-weight>K] [--escalate-placement FILE.json]
+         [--escalate-param K=V]...]
         [--predictions FILE.b8] [--json FILE] [--plot FILE.png]
     backline qec export-config CIRCUIT.stim|DEM.dem --decoder NAME [--decoder-param K=V]... [--out FILE]
 
@@ -103,6 +105,20 @@ def parallel_summary_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def tiered_summary_text(report: dict[str, Any]) -> str:
+    ler = "n/a (no observables given)" if report["ler"] is None else (
+        f"{report['ler']:.4g} ({report['logical_errors']} of {report['shots']}; 95% CI "
+        f"{report['ler_ci95'][0]:.3g}-{report['ler_ci95'][1]:.3g})")
+    lines = [f"tiered decoding: {report['shots']} shots x {report['rounds']} rounds, {report['windows_per_shot']} "
+             f"windows a shot; escalated {report['escalated']:.3f} of the windows ({report['escalate_when']})",
+             f"logical error rate {ler}"]
+    for name, tier in report["tiers"].items():
+        lat, where = tier["latency_ns"], tier["placement"]
+        lines.append(f"{name} {tier['decoder']['name']} over {where['transport']} ({where['runs_in']}): "
+                     f"{tier['windows']} windows, latency p50 {lat['p50'] / 1e3:.3f} us, p99 {lat['p99'] / 1e3:.3f} us")
+    return "\n".join(lines)
+
+
 def plot(result: Any, path: str) -> None:
     try:
         import matplotlib
@@ -154,8 +170,24 @@ def _cmd_stream(args: argparse.Namespace) -> int:
                                            f"{len(detectors)}")
     elif args.observables:
         raise InvalidArgumentError("--observables goes with --detectors (sampled shots carry their own)")
-    if not args.parallel_windows and (args.workers is not None or args.round_timeout_ms is not None):
+    if not args.parallel_windows and args.workers is not None:
         raise InvalidArgumentError("--workers and --round-timeout-ms go with --parallel-windows")
+    if not args.parallel_windows and args.escalate_to is None and args.round_timeout_ms is not None:
+        raise InvalidArgumentError("--workers and --round-timeout-ms go with --parallel-windows (--round-timeout-ms "
+                                   "also with --escalate-to)")
+    escalate_params = dict(args.escalate_param) if args.escalate_param else None
+    escalate_placement = None
+    if args.escalate_to is None:
+        if args.escalate_when is not None or args.escalate_placement or args.escalate_param:
+            raise InvalidArgumentError("--escalate-when, --escalate-placement and --escalate-param go with "
+                                       "--escalate-to NAME (the auxiliary decoder)")
+    else:
+        if args.plot:
+            raise InvalidArgumentError("--plot is not drawn for --escalate-to (its report is the JSON)")
+        if args.escalate_placement:
+            escalate_placement = Placement.from_json(read_input_text(args.escalate_placement,
+                                                                     what="--escalate-placement",
+                                                                     limit=MAX_CIRCUIT_BYTES))
     if args.parallel_windows:
         if args.workers is not None and args.workers < 1:
             raise InvalidArgumentError(f"--workers {args.workers}: give at least 1 worker")
@@ -170,8 +202,18 @@ def _cmd_stream(args: argparse.Namespace) -> int:
                     transport_args=dict(args.transport_arg), window=args.window, commit=args.commit,
                     cycle_us=args.cycle_us, controller_cpu=args.controller_cpu,
                     coprocessor_cpu=args.coprocessor_cpu, parallel_windows=args.parallel_windows,
-                    workers=args.workers, round_timeout_ms=args.round_timeout_ms, **params)
+                    workers=args.workers, round_timeout_ms=args.round_timeout_ms, escalate_to=args.escalate_to,
+                    escalate_when=args.escalate_when, escalate_placement=escalate_placement,
+                    escalate_params=escalate_params, **params)
     report = result.to_json()
+    if args.escalate_to is not None:
+        if args.predictions:
+            write_b8(args.predictions, result.predictions)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(report, fh, indent=2)
+        print(tiered_summary_text(report))
+        return 0
     if args.parallel_windows:
         if args.predictions:
             write_b8(args.predictions, result.predictions)
@@ -260,6 +302,17 @@ def parser() -> Parser:
     s.add_argument("--round-timeout-ms", type=int, default=None,
                    help="with --parallel-windows: a window's deadline on a worker (default the sessions' 1000 ms); "
                         "a worker past it is retired and the window re-sent")
+    s.add_argument("--escalate-to", metavar="NAME",
+                   help="tiered decoding: the auxiliary decoder, which answers the windows --escalate-when flags on "
+                        "its own coprocessor (the primary, --decoder, answers the others)")
+    s.add_argument("--escalate-when", metavar="CRITERION",
+                   help="with --escalate-to: syndrome-weight>K (a window of more than K detection events; K = -1: "
+                        "every window); not-converged needs a primary that reports convergence, and none does")
+    s.add_argument("--escalate-placement", metavar="FILE.json",
+                   help="with --escalate-to: a placement JSON with one coprocessor for the auxiliary decoder "
+                        "(default: memcpy, in a process)")
+    s.add_argument("--escalate-param", type=_key_value, action="append", default=[], metavar="K=V",
+                   help="with --escalate-to: a parameter of the auxiliary decoder")
     s.add_argument("--predictions", help="write the predicted observable flips (b8)")
     s.add_argument("--json", help="write the report (JSON)")
     s.add_argument("--plot", help="write latency CCDF, backlog and LER(t) (PNG)")

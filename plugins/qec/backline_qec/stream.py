@@ -26,6 +26,7 @@ from backline_core.sdk import free_port, local_executor
 from .engine import Engine, encode_plan, engine_function, window_function
 from .native import ffi, lib
 from .parallel import ParallelStreamResult, dispatch
+from .tiered import NOT_CONVERGED, TieredStreamResult, TieredWindowDecoder, dispatch_tiered, parse_escalate_when
 from .windows import ParallelWindowDecoder, SlidingWindowDecoder
 
 #: the name of the coprocessor that decodes, where stream() makes the placement
@@ -178,7 +179,9 @@ def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int 
            cycle_us: float = 0.0, reference: bool = True, controller_cpu: int | None = None,
            coprocessor_cpu: int | None = None, parallel_windows: bool = False, workers: int | None = None,
            round_timeout_ms: int | None = None, on_progress: Callable[[int, Any], None] | None = None,
-           **params: Any) -> StreamResult | ParallelStreamResult:
+           escalate_to: str | None = None, escalate_when: str | None = None,
+           escalate_placement: Placement | None = None, escalate_params: dict[str, Any] | None = None,
+           **params: Any) -> StreamResult | ParallelStreamResult | TieredStreamResult:
     """Decode ``circuit``'s shots round by round with ``decoder`` on a coprocessor (see the module).
 
     ``controller_cpu`` pins the thread that drives the rounds while it does, ``coprocessor_cpu`` the
@@ -188,9 +191,35 @@ def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int 
     ``commit`` concurrently on ``workers`` coprocessors (default: the placement's coprocessors, or
     2 processes), then the layer-B windows between them (docs/streaming.md, "Parallel windows");
     ``round_timeout_ms`` is each window's deadline there (the sessions' ``timeout_ms``), and
-    ``on_progress(windows_done, deployment)`` is called after each commit (a test's fault hook)."""
+    ``on_progress(windows_done, deployment)`` is called after each commit (a test's fault hook).
+
+    ``escalate_to``: tiered decoding (backline_qec.tiered): ``decoder`` answers each sliding window
+    on the placement's coprocessor, except the windows ``escalate_when`` (``"syndrome-weight>K"``)
+    flags, which ``escalate_to`` (with ``escalate_params``) answers on the coprocessor of
+    ``escalate_placement`` (default: a memcpy process)."""
     if not isinstance(circuit, stim.Circuit):
         raise InvalidArgumentError(f"expected a stim.Circuit, not {type(circuit).__name__}")
+    if escalate_to is None:
+        for what, value in (("escalate_when", escalate_when), ("escalate_placement", escalate_placement),
+                            ("escalate_params", escalate_params)):
+            if value is not None:
+                raise InvalidArgumentError(f"{what} goes with escalate_to (--escalate-to): the auxiliary decoder")
+    else:
+        if parallel_windows:
+            raise InvalidArgumentError("--escalate-to is not supported with --parallel-windows: tiered decoding "
+                                       "decodes sliding windows in order")
+        for what, value in (("workers", workers), ("on_progress", on_progress), ("controller_cpu", controller_cpu),
+                            ("coprocessor_cpu", coprocessor_cpu)):
+            if value is not None:
+                raise InvalidArgumentError(f"{what} is not supported with tiered decoding (--escalate-to)")
+        if cycle_us:
+            raise InvalidArgumentError("--cycle-us is not supported with --escalate-to: tiered windows are "
+                                       "dispatched as fast as the decoders answer (give --cycle-us 0)")
+        return _stream_tiered(circuit, decoder, escalate_to, shots=shots, seed=seed, detectors=detectors,
+                              observables=observables, placement=placement, transport=transport, runs_in=runs_in,
+                              transport_args=transport_args, window=window, commit=commit, reference=reference,
+                              round_timeout_ms=round_timeout_ms, escalate_when=escalate_when,
+                              escalate_placement=escalate_placement, escalate_params=escalate_params, **params)
     if parallel_windows:
         return _stream_parallel(circuit, decoder, shots=shots, seed=seed, detectors=detectors, observables=observables,
                                 placement=placement, transport=transport, runs_in=runs_in,
@@ -395,3 +424,93 @@ def _stream_parallel(circuit: stim.Circuit, decoder: str, *, shots: int, seed: i
                    "coprocessors": names},
         decoder={"name": decoder, "params": pw.params, "window": window, "commit": commit},
         layers=layers, wall_s=wall, reference_s=ref_s)
+
+
+#: where the auxiliary decoder runs when no escalate_placement is given
+AUXILIARY_RUNS_IN = "process"
+
+
+def _one_node(placement: Placement, fn: Any, what: str) -> Placement:
+    if len(placement.coprocessors) != 1:
+        raise InvalidArgumentError(f"{what} has {len(placement.coprocessors)} coprocessors; a tier decodes on one")
+    return dataclasses.replace(placement, coprocessors=[dataclasses.replace(placement.coprocessors[0], coprocessor_fn=fn)])
+
+
+def _with_timeout(placement: Placement, round_timeout_ms: int | None) -> Placement:
+    if round_timeout_ms is None:
+        return placement
+    controller = dataclasses.replace(placement.controller, init_args={**dict(placement.controller.init_args),
+                                                                      "timeout_ms": round_timeout_ms})
+    return dataclasses.replace(placement, controller=controller)
+
+
+def _stream_tiered(circuit: stim.Circuit, decoder: str, auxiliary: str, *, shots: int, seed: int | None,
+                   detectors: np.ndarray | None, observables: np.ndarray | None, placement: Placement | None,
+                   transport: str, runs_in: str | None, transport_args: dict[str, Any] | None, window: int | None,
+                   commit: int | None, reference: bool, round_timeout_ms: int | None, escalate_when: str | None,
+                   escalate_placement: Placement | None, escalate_params: dict[str, Any] | None,
+                   **params: Any) -> TieredStreamResult:
+    if round_timeout_ms is not None and (not isinstance(round_timeout_ms, int) or isinstance(round_timeout_ms, bool)
+                                         or round_timeout_ms < 1):
+        raise InvalidArgumentError(f"round_timeout_ms={round_timeout_ms!r} must be a positive whole number of ms")
+    if escalate_when is None:
+        raise InvalidArgumentError(f"give --escalate-when syndrome-weight>K: the default, {NOT_CONVERGED}, needs a "
+                                   f"primary that reports convergence, and {decoder!r} does not (no installed decoder "
+                                   "does)")
+    when = escalate_when
+    threshold = parse_escalate_when(when, decoder)
+    tw = TieredWindowDecoder(circuit, decoder, auxiliary, threshold=threshold, window=window, commit=commit,
+                             auxiliary_params=escalate_params, **params)
+    dets, obs = _sample(circuit, shots, seed, detectors, observables, tw.num_detectors, tw.num_observables)
+    dets = dets.astype(np.uint8)
+    fns = [window_function(tier.decoders) for tier in tw.tiers()]
+    stack = contextlib.ExitStack()
+    placements = []
+    for tier, fn, given, where, name in ((decoder, fns[0], placement, runs_in or "thread", "primary"),
+                                         (auxiliary, fns[1], escalate_placement, AUXILIARY_RUNS_IN, "auxiliary")):
+        if given is not None:
+            placements.append(_with_timeout(_one_node(given, fn, "the placement" if name == "primary"
+                                                      else "the escalate placement"), round_timeout_ms))
+            continue
+        args = dict(transport_args or {}) if name == "primary" else {}
+        kind = transport if name == "primary" else "memcpy"
+        if where == "executor" and fn.is_python:
+            raise InvalidArgumentError(f"decoder {tier!r} runs in Python, and an executor runs native code only: "
+                                       "choose a native decoder (lut, bposd) or another place (thread, process)")
+        endpoint = None
+        if plugins.transport_backend(kind, "cpu", "coprocessor").needs_endpoint:
+            endpoint = Endpoint(host=LOOPBACK, port=free_port(LOOPBACK))
+        executor = stack.enter_context(local_executor()) if where == "executor" else None
+        controller_args = dict(args)
+        if round_timeout_ms is not None:
+            controller_args["timeout_ms"] = round_timeout_ms
+        placements.append(Placement(controller=Controller(init_args=controller_args), transport=kind, coprocessors=[
+            Coprocessor(name=name, coprocessor_fn=fn, runs_in=where, endpoint=endpoint, executor=executor,
+                        init_args=args)]))
+    in_bytes = max((len(m.detectors) + 7) // 8 for m in tw.models)
+    out_bytes = max((tw.num_observables + len(m.handed_on) + 7) // 8 for m in tw.models)
+    t0 = time.monotonic()
+    with stack:
+        with deploy(placements[0], in_bytes=in_bytes, out_bytes=out_bytes) as d0, \
+                deploy(placements[1], in_bytes=in_bytes, out_bytes=out_bytes) as d1:
+            ran = dispatch_tiered(tw, dets, (d0.session(), d1.session()))
+    wall = time.monotonic() - t0
+    flips = ran["predictions"]
+    ref_s = None
+    if reference:  # the same windows and choices in this process: each tier answers as it does offline
+        t1 = time.perf_counter()
+        ref, ref_up = tw.decode_batch(dets)
+        ref_s = time.perf_counter() - t1
+        if not (ref == flips).all() or not (ref_up == ran["escalated"]).all():
+            raise BacklineError("the tiered predictions over the placements differ from the same windows decoded "
+                                "in this process")
+    wrong = (flips != obs).any(axis=1) if obs is not None else np.zeros(len(dets), bool)
+    return TieredStreamResult(
+        shots=len(dets), rounds=tw.primary.num_rounds, windows_per_shot=len(tw.models), predictions=flips,
+        logical_errors=int(wrong.sum()) if obs is not None else None, window_latency_ns=ran["latency"],
+        escalated=ran["escalated"], escalate_when=when, dispatch_s=ran["elapsed"],
+        placements={"primary": placement_description(placements[0]),
+                    "auxiliary": placement_description(placements[1])},
+        decoders={"primary": {"name": decoder, "params": tw.primary.params},
+                  "auxiliary": {"name": auxiliary, "params": tw.auxiliary.params}},
+        window=window, commit=commit, wall_s=wall, reference_s=ref_s)

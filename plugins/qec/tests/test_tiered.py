@@ -1,0 +1,156 @@
+"""Tiered decoding: a primary decoder for most windows, an auxiliary one on its own coprocessor for the
+windows the escalation criterion flags (docs/streaming.md, "Tiered decoding")."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import stim
+
+from backline_core import Controller, Coprocessor, InvalidArgumentError, Placement, plugins
+from backline_qec import SlidingWindowDecoder
+from backline_qec.stream import stream
+from backline_qec.tiered import TieredWindowDecoder, parse_escalate_when
+
+
+def _surface(d: int, rounds: int, p: float) -> stim.Circuit:
+    return stim.Circuit.generated("surface_code:rotated_memory_z", distance=d, rounds=rounds,
+                                  after_clifford_depolarization=p, before_measure_flip_probability=p,
+                                  after_reset_flip_probability=p, before_round_data_depolarization=p)
+
+
+@pytest.fixture(scope="module")
+def small() -> tuple[stim.Circuit, np.ndarray, np.ndarray]:
+    circuit = _surface(3, 12, 0.004)
+    dets, obs = circuit.compile_detector_sampler(seed=3).sample(120, separate_observables=True)
+    return circuit, dets.astype(np.uint8), obs
+
+
+def _offline(circuit: stim.Circuit, dets: np.ndarray, escalated: np.ndarray, threshold: int) -> np.ndarray:
+    """Window by window, what the chosen tier's window decoder gives offline, on the events it would see."""
+    primary = SlidingWindowDecoder(circuit, "bp", window=6, commit=3)
+    auxiliary = SlidingWindowDecoder(circuit, "bposd", window=6, commit=3)
+    num_obs = primary.num_observables
+    pred = np.zeros((len(dets), num_obs), np.uint8)
+    for s in range(len(dets)):
+        work = dets[s].copy()
+        for k, model in enumerate(primary.models):
+            events = work[model.detectors]
+            assert escalated[s, k] == (events.sum() > threshold)
+            tier = auxiliary if escalated[s, k] else primary
+            reply = tier.decoders[tier.shape[k]].decode_batch(events[None, :])[0]
+            pred[s] ^= reply[:num_obs]
+            work[model.handed_on] ^= reply[num_obs:]
+    return pred
+
+
+def test_each_window_gets_what_the_chosen_decoder_gives_offline(small: tuple[stim.Circuit, np.ndarray,
+                                                                              np.ndarray]) -> None:
+    circuit, dets, obs = small
+    result = stream(circuit, "bp", detectors=dets, observables=obs, window=6, commit=3, escalate_to="bposd",
+                    escalate_when="syndrome-weight>2")
+    assert 0 < result.escalated.mean() < 1  # both tiers answered windows here
+    assert (result.predictions == _offline(circuit, dets, result.escalated, 2)).all()
+    report = result.to_json()
+    assert report["escalated"] == pytest.approx(result.escalated.mean())
+    tiers = report["tiers"]
+    assert tiers["primary"]["windows"] + tiers["auxiliary"]["windows"] == len(dets) * report["windows_per_shot"]
+    assert tiers["primary"]["placement"]["runs_in"] == "thread"
+    assert tiers["auxiliary"]["placement"]["runs_in"] == "process"
+    assert tiers["primary"]["decoder"]["name"] == "bp" and tiers["auxiliary"]["decoder"]["name"] == "bposd"
+    assert tiers["primary"]["latency_ns"]["p50"] > 0 and tiers["auxiliary"]["latency_ns"]["p99"] > 0
+
+
+@pytest.mark.parametrize("threshold, only", [(-1, "bposd"), (10**6, "bp")])
+def test_all_or_nothing_escalated_is_one_decoder_alone(small: tuple[stim.Circuit, np.ndarray, np.ndarray],
+                                                       threshold: int, only: str) -> None:
+    circuit, dets, obs = small
+    result = stream(circuit, "bp", detectors=dets, observables=obs, window=6, commit=3, escalate_to="bposd",
+                    escalate_when=f"syndrome-weight>{threshold}", reference=False)
+    alone = SlidingWindowDecoder(circuit, only, window=6, commit=3).decode_batch(dets)
+    assert (result.predictions == alone).all()
+    assert result.to_json()["escalated"] == (1.0 if only == "bposd" else 0.0)
+
+
+def test_the_logical_error_rate_is_the_auxiliary_decoders_within_noise() -> None:
+    # K = 1: BP alone fails on many low-weight surface-code syndromes (docs/streaming.md, "Tiered
+    # decoding"), so only windows of at most one detection event stay with it here
+    circuit = _surface(5, 10, 0.003)
+    dets, obs = circuit.compile_detector_sampler(seed=17).sample(3000, separate_observables=True)
+    tiered, up = TieredWindowDecoder(circuit, "bp", "bposd", threshold=1, window=10, commit=5).decode_batch(dets)
+    aux = SlidingWindowDecoder(circuit, "bposd", window=10, commit=5).decode_batch(dets)
+    a, b, n = int((tiered != obs).any(axis=1).sum()), int((aux != obs).any(axis=1).sum()), len(dets)
+    assert a > 0 and b > 0 and 0 < up.mean() < 1
+    pooled = (a + b) / (2 * n)
+    assert abs((a - b) / n / math.sqrt(2 * pooled * (1 - pooled) / n)) < 4, (a, b, up.mean())
+
+
+@pytest.mark.parametrize("text, says", [("not-converged", "does not report convergence"),
+                                        ("weight>3", "expected syndrome-weight>K"),
+                                        ("syndrome-weight>x", "expected syndrome-weight>K")])
+def test_a_bad_criterion_is_one_clear_error(text: str, says: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=says):
+        parse_escalate_when(text, "bp")
+    assert parse_escalate_when("syndrome-weight>-1", "bp") == -1
+
+
+def _backline(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-P", "-m", "backline_core", *args], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+
+
+def test_the_command_runs_tiered_decoding_and_writes_the_report(tmp_path: Path) -> None:
+    (tmp_path / "c.stim").write_text(str(_surface(3, 12, 0.004)))
+    # the placement's function is replaced by the auxiliary's window function
+    echo = plugins.get("decoder", "echo").build()
+    (tmp_path / "aux.json").write_text(Placement(controller=Controller(), transport="memcpy", coprocessors=[
+        Coprocessor(name="aux", coprocessor_fn=echo, runs_in="thread")]).to_json())
+    proc = _backline("qec", "stream", "c.stim", "--decoder", "bp", "--escalate-to", "bposd", "--escalate-when",
+                     "syndrome-weight>2", "--escalate-placement", "aux.json", "--escalate-param", "osd_order=2",
+                     "--shots", "40", "--seed", "2", "--window", "6", "--commit", "3", "--json", "r.json",
+                     "--predictions", "p.b8", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert 0 <= report["escalated"] <= 1 and set(report["tiers"]) == {"primary", "auxiliary"}
+    assert report["tiers"]["auxiliary"]["placement"]["coprocessor"] == "aux"
+    assert report["tiers"]["auxiliary"]["decoder"]["params"]["osd_order"] == 2
+    assert "escalated" in proc.stdout and (tmp_path / "p.b8").stat().st_size == 40
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--decoder", "nosuch", "--escalate-to", "bposd", "--escalate-when", "syndrome-weight>3"], "unknown decoder"),
+    (["--decoder", "bp", "--escalate-to", "nosuch", "--escalate-when", "syndrome-weight>3"], "unknown decoder"),
+    (["--decoder", "bp", "--escalate-to", "bposd", "--escalate-when", "weight>3"], "expected syndrome-weight>K"),
+    (["--decoder", "bp", "--escalate-to", "bposd", "--escalate-when", "not-converged"],
+     "does not report convergence"),
+    (["--decoder", "bp", "--escalate-to", "bposd"], "give --escalate-when"),
+    (["--decoder", "bp", "--escalate-when", "syndrome-weight>3"], "go with --escalate-to"),
+    (["--decoder", "bp", "--escalate-placement", "x.json"], "go with --escalate-to"),
+    (["--decoder", "bp", "--escalate-to", "bposd", "--escalate-when", "syndrome-weight>3", "--parallel-windows",
+      "--window", "7", "--commit", "3"], "not supported with --parallel-windows"),
+])
+def test_bad_tiered_options_are_one_line_and_status_2(tmp_path: Path, args: list[str], says: str) -> None:
+    (tmp_path / "c.stim").write_text(str(_surface(3, 12, 0.004)))
+    proc = _backline("qec", "stream", "c.stim", "--shots", "10", *args, cwd=tmp_path)
+    assert proc.returncode == 2 and says in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+# the documented command's words (the page quotes the criterion for the shell); run without a shell
+DOC_COMMAND = "backline qec stream memory.stim --decoder bp --escalate-to bposd --escalate-when syndrome-weight>1 --window 10 --commit 5 --shots 1000 --json report.json"  # noqa: E501
+
+
+def test_the_documented_command(tmp_path: Path) -> None:
+    (tmp_path / "memory.stim").write_text(str(_surface(3, 15, 0.002)))
+    backline = str(Path(sys.executable).parent / "backline")
+    proc = subprocess.run([backline, *DOC_COMMAND.split()[1:]], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["shots"] == 1000 and 0 < report["escalated"] < 1
