@@ -5,6 +5,7 @@
         [--transport T --runs-in R [--transport-arg K=V]... | --placement FILE.json]
         [--window W --commit C] [--cycle-us T]
         [--parallel-windows [--workers N] [--round-timeout-ms MS]]
+        [--patches K [--workers N] [--admission on|off] [--round-timeout-ms MS]]
         [--escalate-to NAME [--escalate-when syndrome-weight>K] [--escalate-placement FILE.json]
          [--escalate-param K=V]...]
         [--predictions FILE.b8] [--json FILE] [--plot FILE.png]
@@ -105,6 +106,28 @@ def parallel_summary_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def pool_summary_text(report: dict[str, Any]) -> str:
+    lat, resp = report["latency_ns"], report["response_ns"]
+    per = ", ".join("n/a" if p["ler"] is None else f"{p['ler']:.4g}" for p in report["per_patch"])
+    cycle = "every round at once (no deadlines)" if not report["cycle_ns"] else f"a round every {report['cycle_ns'] / 1e3:g} us"
+    lines = [
+        f"decoder pool: {report['patches']} patches x {report['shots']} shots x {report['rounds']} rounds, "
+        f"{report['windows_per_shot']} windows a shot, on {report['workers']} worker(s) over "
+        f"{report['placement']['transport']} ({report['placement']['runs_in']}); {cycle}; admission control "
+        f"{'on' if report['admission'] else 'off'}",
+        f"logical error rate per patch: {per}",
+        f"window latency p50 {lat['p50'] / 1e3:.3f} us, p99 {lat['p99'] / 1e3:.3f} us; response (ready to "
+        f"committed) p50 {resp['p50'] / 1e3:.3f} us, p99 {resp['p99'] / 1e3:.3f} us",
+        f"deadline misses {report['deadline_misses']} of {report['windows']} windows (rejected at admission "
+        f"{report['rejected_at_admission']}, completed late {report['late_completions']}); max queue "
+        f"{report['max_queue']}, max backlog {report['max_backlog']} windows; worker failures "
+        f"{len(report['worker_failures'])}",
+    ]
+    if report["sustainable_cycle_ns"] is not None:
+        lines.append(f"sustainable cycle {report['sustainable_cycle_ns'] / 1e3:.3f} us (dispatch time per round)")
+    return "\n".join(lines)
+
+
 def tiered_summary_text(report: dict[str, Any]) -> str:
     ler = "n/a (no observables given)" if report["ler"] is None else (
         f"{report['ler']:.4g} ({report['logical_errors']} of {report['shots']}; 95% CI "
@@ -170,11 +193,26 @@ def _cmd_stream(args: argparse.Namespace) -> int:
                                            f"{len(detectors)}")
     elif args.observables:
         raise InvalidArgumentError("--observables goes with --detectors (sampled shots carry their own)")
-    if not args.parallel_windows and args.workers is not None:
-        raise InvalidArgumentError("--workers and --round-timeout-ms go with --parallel-windows")
-    if not args.parallel_windows and args.escalate_to is None and args.round_timeout_ms is not None:
-        raise InvalidArgumentError("--workers and --round-timeout-ms go with --parallel-windows (--round-timeout-ms "
-                                   "also with --escalate-to)")
+    pool = args.patches is not None
+    if args.admission is not None and not pool:
+        raise InvalidArgumentError("--admission goes with --patches K (the decoder pool)")
+    if pool:
+        if args.patches < 1:
+            raise InvalidArgumentError(f"--patches {args.patches}: give at least 1 patch")
+        if args.workers is not None and args.workers < 1:
+            raise InvalidArgumentError(f"--workers {args.workers}: give at least 1 worker")
+        if args.parallel_windows or args.escalate_to is not None:
+            raise InvalidArgumentError("--patches is not supported with --parallel-windows or --escalate-to: the pool "
+                                       "decodes each patch's sliding windows in order")
+        for given, what in ((args.plot, "--plot"), (args.controller_cpu is not None, "--controller-cpu"),
+                            (args.coprocessor_cpu is not None, "--coprocessor-cpu")):
+            if given:
+                raise InvalidArgumentError(f"{what} is not supported with --patches (its report is the JSON)")
+    if not args.parallel_windows and not pool and args.workers is not None:
+        raise InvalidArgumentError("--workers and --round-timeout-ms go with --parallel-windows or --patches")
+    if not args.parallel_windows and not pool and args.escalate_to is None and args.round_timeout_ms is not None:
+        raise InvalidArgumentError("--workers and --round-timeout-ms go with --parallel-windows or --patches "
+                                   "(--round-timeout-ms also with --escalate-to)")
     escalate_params = dict(args.escalate_param) if args.escalate_param else None
     escalate_placement = None
     if args.escalate_to is None:
@@ -204,8 +242,17 @@ def _cmd_stream(args: argparse.Namespace) -> int:
                     coprocessor_cpu=args.coprocessor_cpu, parallel_windows=args.parallel_windows,
                     workers=args.workers, round_timeout_ms=args.round_timeout_ms, escalate_to=args.escalate_to,
                     escalate_when=args.escalate_when, escalate_placement=escalate_placement,
-                    escalate_params=escalate_params, **params)
+                    escalate_params=escalate_params, patches=args.patches,
+                    admission=None if args.admission is None else args.admission == "on", **params)
     report = result.to_json()
+    if pool:
+        if args.predictions:  # patch 0's shots, then patch 1's, ...: the order of --detectors
+            write_b8(args.predictions, result.predictions.reshape(-1, result.predictions.shape[-1]))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(report, fh, indent=2)
+        print(pool_summary_text(report))
+        return 0
     if args.escalate_to is not None:
         if args.predictions:
             write_b8(args.predictions, result.predictions)
@@ -297,10 +344,17 @@ def parser() -> Parser:
                    help="decode layer-A windows (W rounds committing the middle C) concurrently on several workers, "
                         "then the layer-B windows between them")
     s.add_argument("--workers", type=int, default=None,
-                   help="with --parallel-windows: coprocessors started as workers (default 2, in processes; with "
-                        "--placement, its coprocessors)")
+                   help="with --parallel-windows or --patches: coprocessors started as workers (default 2, in "
+                        "processes; with --placement, its coprocessors)")
+    s.add_argument("--patches", type=int, default=None, metavar="K",
+                   help="a decoder pool with deadlines: K independent patches (K blocks of the shots) streamed "
+                        "together, their sliding windows decoded on the workers earliest deadline first")
+    s.add_argument("--admission", choices=("on", "off"), default=None,
+                   help="with --patches: admission control (default on): a window that cannot meet its deadline "
+                        "is counted as a miss at admission and decoded after the others")
     s.add_argument("--round-timeout-ms", type=int, default=None,
-                   help="with --parallel-windows: a window's deadline on a worker (default the sessions' 1000 ms); "
+                   help="with --parallel-windows or --patches: a window's deadline on a worker (default the "
+                        "sessions' 1000 ms); "
                         "a worker past it is retired and the window re-sent")
     s.add_argument("--escalate-to", metavar="NAME",
                    help="tiered decoding: the auxiliary decoder, which answers the windows --escalate-when flags on "

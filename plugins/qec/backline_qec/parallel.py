@@ -9,6 +9,9 @@ thread applies each reply, and a layer-B window becomes ready once both neighbou
 A worker whose round fails (killed: ``PeerError``; stalled past the session's ``timeout_ms``:
 ``DeadlineError``, also counted as a deadline miss) is retired and its window goes to the others;
 each window is committed exactly once, so the predictions are those of a run without the fault.
+
+:class:`WorkerPool` is that machinery (worker threads, the shared queue, retire-and-resend) for any
+job order; the decoder pool with deadlines (``backline_qec.pool``) uses it too.
 """
 
 from __future__ import annotations
@@ -87,23 +90,31 @@ class ParallelStreamResult:
 
 
 class _Jobs:
-    """Ready windows, earliest (shot, window) first; every wait has a deadline."""
+    """Jobs waiting for a worker, lowest key first; every wait has a deadline.
+
+    A job is ``(key, tag, decoder_id, payload)``: ``key`` orders the jobs (parallel windows: (shot,
+    window); the pool: (lane, deadline, ...)), ``tag`` says which window it is."""
 
     def __init__(self) -> None:
-        self.heap: list[tuple[int, int, bytes]] = []
+        self.heap: list[tuple[Any, Any, int, bytes]] = []
         self.cond = threading.Condition()
         self.closed = False
 
-    def push(self, shot: int, k: int, payload: bytes) -> None:
+    def push(self, key: Any, tag: Any, decoder_id: int, payload: bytes) -> None:
         with self.cond:
-            heapq.heappush(self.heap, (shot, k, payload))
+            heapq.heappush(self.heap, (key, tag, decoder_id, payload))
             self.cond.notify()
 
-    def pop(self, wait_s: float) -> tuple[int, int, bytes] | None:
+    def pop(self, wait_s: float) -> tuple[Any, Any, int, bytes] | None:
         with self.cond:
             if not self.heap and not self.closed:
                 self.cond.wait(wait_s)
             return heapq.heappop(self.heap) if self.heap and not self.closed else None
+
+    def count(self, keep: Callable[[Any], bool]) -> int:
+        """How many waiting jobs' keys ``keep`` accepts."""
+        with self.cond:
+            return sum(1 for job in self.heap if keep(job[0]))
 
     def close(self) -> None:
         with self.cond:
@@ -111,21 +122,106 @@ class _Jobs:
             self.cond.notify_all()
 
 
-def _worker(index: int, session: Any, pw: ParallelWindowDecoder, jobs: _Jobs, results: queue.Queue[Any]) -> None:
+def _worker(index: int, session: Any, jobs: _Jobs, results: queue.Queue[Any]) -> None:
     while True:
         job = jobs.pop(0.05)
         if job is None:
             if jobs.closed:
                 return
             continue
-        shot, k, payload = job
+        key, tag, decoder_id, payload = job
         t0 = time.perf_counter_ns()
         try:
-            reply = session.round(payload, decoder_id=pw.shape[k])
+            reply = session.round(payload, decoder_id=decoder_id)
         except Exception as exc:  # noqa: BLE001 -- any failure retires this worker; the window goes elsewhere
-            results.put((index, shot, k, payload, exc, 0))
+            results.put((index, job, exc, t0, 0))
             return
-        results.put((index, shot, k, payload, reply, time.perf_counter_ns() - t0))
+        t1 = time.perf_counter_ns()
+        results.put((index, job, reply, t0, t1))
+
+
+@dataclass
+class Done:
+    """A window a worker answered: ``started_ns``/``done_ns`` on ``time.perf_counter_ns``."""
+
+    worker: int
+    key: Any
+    tag: Any
+    reply: bytes
+    started_ns: int
+    done_ns: int
+
+    @property
+    def rtt_ns(self) -> int:
+        return self.done_ns - self.started_ns
+
+
+class WorkerPool:
+    """One thread per worker session taking the lowest-key job from a shared queue (the dispatch
+    machinery of parallel windows and of the decoder pool, ``backline_qec.pool``).
+
+    :meth:`next_done` returns the next answered window; a worker whose round fails is retired (its
+    failure recorded, a ``DeadlineError`` counted in :attr:`misses`) and its job goes back to the
+    queue for the others. Use as a context manager: leaving it stops the threads and kills a
+    retired worker's process (a stalled one ignores SIGTERM)."""
+
+    def __init__(self, deployment: Deployment, workers: list[str], *, round_timeout_s: float) -> None:
+        self.deployment, self.workers, self.round_timeout_s = deployment, workers, round_timeout_s
+        self.jobs, self.results = _Jobs(), queue.Queue()
+        self.sessions = [deployment.session(name) for name in workers]
+        self.threads = [threading.Thread(target=_worker, args=(i, self.sessions[i], self.jobs, self.results),
+                                         daemon=True, name=f"backline-qec-{name}") for i, name in enumerate(workers)]
+        self.failures: list[dict[str, Any]] = []
+        self.retired: list[int] = []
+        self.misses = 0
+
+    def __enter__(self) -> WorkerPool:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def push(self, key: Any, tag: Any, decoder_id: int, payload: bytes) -> None:
+        self.jobs.push(key, tag, decoder_id, payload)
+
+    def next_done(self, wait_s: float | None = None) -> Done | None:
+        """The next answered window; ``None`` if none within ``wait_s`` (given). With no ``wait_s``, a
+        worker must answer within the round deadline and a grace, or this raises."""
+        limit = self.round_timeout_s + GRACE_S
+        while True:
+            try:
+                index, job, reply, t0, t1 = self.results.get(timeout=limit if wait_s is None else min(wait_s, limit))
+            except queue.Empty:
+                if wait_s is not None and wait_s <= limit:
+                    return None
+                raise BacklineError(f"no worker answered within {limit:.1f} s") from None
+            if not isinstance(reply, BaseException):
+                return Done(index, job[0], job[1], reply, t0, t1)
+            missed = isinstance(reply, DeadlineError)
+            self.misses += missed
+            self.retired.append(index)
+            where = job[1]
+            self.failures.append({"worker": self.workers[index], "error": f"{type(reply).__name__}: {reply}",
+                                  **{name: int(v) for name, v in zip(("shot", "window"), where[-2:])},
+                                  **({"patch": int(where[0])} if len(where) == 3 else {}),
+                                  "deadline_miss": missed})
+            alive = len(self.workers) - len(self.retired)
+            lead = f"patch {where[0]} " if len(where) == 3 else ""
+            print(f"backline qec stream: worker {self.workers[index]} failed on {lead}shot {where[-2]} window "
+                  f"{where[-1]} ({type(reply).__name__}: {str(reply).splitlines()[0] if str(reply) else ''}); "
+                  f"its window goes to the {alive} other worker(s)", file=sys.stderr)
+            if alive == 0:
+                raise BacklineError(f"every worker failed; the last: {self.failures[-1]['error']}")
+            self.jobs.push(*job)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.jobs.close()
+        for t in self.threads:  # a worker's round has its deadline (timeout_ms), so each thread ends by then
+            t.join(self.round_timeout_s + GRACE_S)
+        for index in self.retired:  # a stalled helper process ignores SIGTERM until continued: end it now
+            proc = self.deployment.processes.get(self.workers[index])
+            if proc is not None and proc.proc is not None and proc.proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.proc.wait(self.round_timeout_s + GRACE_S)
 
 
 def dispatch(pw: ParallelWindowDecoder, dets: np.ndarray, deployment: Deployment, workers: list[str], *,
@@ -141,65 +237,37 @@ def dispatch(pw: ParallelWindowDecoder, dets: np.ndarray, deployment: Deployment
     waiting = np.array([[len(a) for a in pw.after]] * shots, dtype=np.int64)
     dependents = [[j for j, a in enumerate(pw.after) if k in a] for k in range(num_windows)]
     widths = [num_obs + len(m.handed_on) for m in pw.models]
-    jobs, results = _Jobs(), queue.Queue()
+    pool = WorkerPool(deployment, workers, round_timeout_s=round_timeout_s)
     for k, model in enumerate(pw.models):
         if not pw.after[k]:  # layer A reads the raw events: ready at once (cycle 0)
             packed = np.packbits(raw[:, model.detectors], axis=1, bitorder="little")
             for s in range(shots):
-                jobs.push(s, k, packed[s].tobytes())
-    sessions = [deployment.session(name) for name in workers]
-    threads = [threading.Thread(target=_worker, args=(i, sessions[i], pw, jobs, results), daemon=True,
-                                name=f"backline-qec-{name}") for i, name in enumerate(workers)]
-    failures: list[dict[str, Any]] = []
-    retired: list[int] = []
-    misses = done = 0
+                pool.push((s, k), (s, k), pw.shape[k], packed[s].tobytes())
+    done = 0
     t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    try:
+    with pool:
         while done < shots * num_windows:
             try:
-                index, shot, k, payload, reply, rtt = results.get(timeout=round_timeout_s + GRACE_S)
-            except queue.Empty:
-                raise BacklineError(f"no worker answered within {round_timeout_s + GRACE_S:.1f} s; "
-                                    f"{done} of {shots * num_windows} windows decoded") from None
-            if isinstance(reply, BaseException):
-                missed = isinstance(reply, DeadlineError)
-                misses += missed
-                retired.append(index)
-                failures.append({"worker": workers[index], "error": f"{type(reply).__name__}: {reply}",
-                                 "shot": int(shot), "window": int(k), "deadline_miss": missed})
-                alive = len(workers) - len(retired)
-                print(f"backline qec stream: worker {workers[index]} failed on shot {shot} window {k} "
-                      f"({type(reply).__name__}: {str(reply).splitlines()[0] if str(reply) else ''}); "
-                      f"its window goes to the {alive} other worker(s)", file=sys.stderr)
-                if alive == 0:
-                    raise BacklineError(f"every worker failed; the last: {failures[-1]['error']}")
-                jobs.push(shot, k, payload)
-                continue
+                got = pool.next_done()
+            except BacklineError as exc:
+                raise BacklineError(f"{exc}; {done} of {shots * num_windows} windows decoded") from None
+            assert got is not None
+            shot, k = got.tag
             if by[shot, k] >= 0:  # a window is committed once; a second reply would be a dispatcher bug
                 raise BacklineError(f"window {k} of shot {shot} was answered twice")
-            bits = np.unpackbits(np.frombuffer(reply, dtype=np.uint8), count=widths[k], bitorder="little")
+            bits = np.unpackbits(np.frombuffer(got.reply, dtype=np.uint8), count=widths[k], bitorder="little")
             pred[shot] ^= bits[:num_obs]
             work[shot, pw.models[k].handed_on] ^= bits[num_obs:]
-            by[shot, k], latency[shot, k] = index, rtt
+            by[shot, k], latency[shot, k] = got.worker, got.rtt_ns
             done += 1
             for j in dependents[k]:
                 waiting[shot, j] -= 1
                 if waiting[shot, j] == 0:
                     model = pw.models[j]
-                    jobs.push(shot, j, np.packbits(work[shot, model.detectors], bitorder="little").tobytes())
+                    pool.push((shot, j), (shot, j), pw.shape[j],
+                              np.packbits(work[shot, model.detectors], bitorder="little").tobytes())
             if on_progress is not None:
                 on_progress(done, deployment)
-    finally:
         elapsed = time.perf_counter() - t0
-        jobs.close()
-        for t in threads:  # a worker's round has its deadline (timeout_ms), so each thread ends by then
-            t.join(round_timeout_s + GRACE_S)
-        for index in retired:  # a stalled helper process ignores SIGTERM until continued: end it now
-            proc = deployment.processes.get(workers[index])
-            if proc is not None and proc.proc is not None and proc.proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.proc.wait(round_timeout_s + GRACE_S)
-    return {"predictions": pred, "latency": latency, "by": by, "failures": failures, "misses": misses,
+    return {"predictions": pred, "latency": latency, "by": by, "failures": pool.failures, "misses": pool.misses,
             "elapsed": elapsed}

@@ -26,6 +26,7 @@ from backline_core.sdk import free_port, local_executor
 from .engine import Engine, encode_plan, engine_function, window_function
 from .native import ffi, lib
 from .parallel import ParallelStreamResult, dispatch
+from .pool import PoolStreamResult, dispatch_pool
 from .tiered import NOT_CONVERGED, TieredStreamResult, TieredWindowDecoder, dispatch_tiered, parse_escalate_when
 from .windows import ParallelWindowDecoder, SlidingWindowDecoder
 
@@ -181,7 +182,8 @@ def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int 
            round_timeout_ms: int | None = None, on_progress: Callable[[int, Any], None] | None = None,
            escalate_to: str | None = None, escalate_when: str | None = None,
            escalate_placement: Placement | None = None, escalate_params: dict[str, Any] | None = None,
-           **params: Any) -> StreamResult | ParallelStreamResult | TieredStreamResult:
+           patches: int | None = None, admission: bool | None = None,
+           **params: Any) -> StreamResult | ParallelStreamResult | TieredStreamResult | PoolStreamResult:
     """Decode ``circuit``'s shots round by round with ``decoder`` on a coprocessor (see the module).
 
     ``controller_cpu`` pins the thread that drives the rounds while it does, ``coprocessor_cpu`` the
@@ -196,9 +198,30 @@ def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int 
     ``escalate_to``: tiered decoding (backline_qec.tiered): ``decoder`` answers each sliding window
     on the placement's coprocessor, except the windows ``escalate_when`` (``"syndrome-weight>K"``)
     flags, which ``escalate_to`` (with ``escalate_params``) answers on the coprocessor of
-    ``escalate_placement`` (default: a memcpy process)."""
+    ``escalate_placement`` (default: a memcpy process).
+
+    ``patches``: a decoder pool with deadlines (backline_qec.pool): ``patches`` independent copies of
+    the circuit's shots (``shots`` each; or ``detectors`` split into ``patches`` equal blocks of rows),
+    their rounds arriving together every ``cycle_us``, each patch's sliding windows decoded in order on
+    ``workers`` coprocessors, earliest deadline first; ``admission`` (default True) rejects at
+    admission the windows that cannot meet their deadline (still decoded, counted as misses)."""
     if not isinstance(circuit, stim.Circuit):
         raise InvalidArgumentError(f"expected a stim.Circuit, not {type(circuit).__name__}")
+    if patches is None and admission is not None:
+        raise InvalidArgumentError("admission (--admission) goes with patches (--patches K): the decoder pool")
+    if patches is not None:
+        if parallel_windows or escalate_to is not None:
+            raise InvalidArgumentError("--patches is not supported with --parallel-windows or --escalate-to: the pool "
+                                       "decodes each patch's sliding windows in order")
+        for what, value in (("on_progress", on_progress), ("controller_cpu", controller_cpu),
+                            ("coprocessor_cpu", coprocessor_cpu)):
+            if value is not None:
+                raise InvalidArgumentError(f"{what} is not supported with the decoder pool (--patches)")
+        return _stream_pool(circuit, decoder, patches, shots=shots, seed=seed, detectors=detectors,
+                            observables=observables, placement=placement, transport=transport, runs_in=runs_in,
+                            transport_args=transport_args, window=window, commit=commit, cycle_us=cycle_us,
+                            reference=reference, workers=workers, round_timeout_ms=round_timeout_ms,
+                            admission=True if admission is None else admission, **params)
     if escalate_to is None:
         for what, value in (("escalate_when", escalate_when), ("escalate_placement", escalate_placement),
                             ("escalate_params", escalate_params)):
@@ -343,6 +366,41 @@ def _sample(circuit: stim.Circuit, shots: int, seed: int | None, detectors: np.n
     return dets, obs
 
 
+def worker_placement(fn: Any, decoder: str, *, placement: Placement | None, workers: int | None, transport: str,
+                     runs_in: str | None, transport_args: dict[str, Any] | None, round_timeout_ms: int | None,
+                     stack: contextlib.ExitStack) -> Placement:
+    """The placement of a pool of workers each running ``fn``: ``workers`` coprocessors ``worker-0``, ...
+    (default :data:`DEFAULT_WORKERS`, in processes), or each of ``placement``'s coprocessors; the
+    controller's sessions get ``round_timeout_ms`` as their ``timeout_ms``."""
+    controller_args = dict(transport_args or {})
+    if round_timeout_ms is not None:
+        controller_args["timeout_ms"] = round_timeout_ms
+    if placement is None:
+        runs_in = runs_in or "process"
+        if runs_in == "executor" and fn.is_python:
+            raise InvalidArgumentError(f"decoder {decoder!r} runs in Python, and an executor runs native code only: "
+                                       "choose a native decoder (lut, bposd) or another place (thread, process)")
+        needs_endpoint = plugins.transport_backend(transport, "cpu", "coprocessor").needs_endpoint
+        nodes = []
+        for i in range(workers or DEFAULT_WORKERS):
+            endpoint = Endpoint(host=LOOPBACK, port=free_port(LOOPBACK)) if needs_endpoint else None
+            executor = stack.enter_context(local_executor()) if runs_in == "executor" else None
+            nodes.append(Coprocessor(name=f"worker-{i}", coprocessor_fn=fn, runs_in=runs_in, endpoint=endpoint,
+                                     executor=executor, init_args=dict(transport_args or {})))
+        placement = Placement(controller=Controller(init_args=controller_args), transport=transport, coprocessors=nodes)
+    else:
+        if workers is not None and workers != len(placement.coprocessors):
+            raise InvalidArgumentError(f"workers={workers} but the placement names {len(placement.coprocessors)} "
+                                       "coprocessors: each coprocessor is a worker (leave out workers)")
+        controller = placement.controller
+        if round_timeout_ms is not None:
+            controller = dataclasses.replace(controller, init_args={**dict(controller.init_args),
+                                                                    "timeout_ms": round_timeout_ms})
+        placement = dataclasses.replace(placement, controller=controller, coprocessors=[
+            dataclasses.replace(node, coprocessor_fn=fn) for node in placement.coprocessors])
+    return placement
+
+
 def _stream_parallel(circuit: stim.Circuit, decoder: str, *, shots: int, seed: int | None,
                      detectors: np.ndarray | None, observables: np.ndarray | None, placement: Placement | None,
                      transport: str, runs_in: str | None, transport_args: dict[str, Any] | None,
@@ -368,33 +426,10 @@ def _stream_parallel(circuit: stim.Circuit, decoder: str, *, shots: int, seed: i
     dets, obs = _sample(circuit, shots, seed, detectors, observables, pw.num_detectors, pw.num_observables)
     dets = dets.astype(np.uint8)
     fn = window_function(pw.decoders)
-    controller_args = dict(transport_args or {})
-    if round_timeout_ms is not None:
-        controller_args["timeout_ms"] = round_timeout_ms
     stack = contextlib.ExitStack()
-    if placement is None:
-        runs_in = runs_in or "process"
-        if runs_in == "executor" and fn.is_python:
-            raise InvalidArgumentError(f"decoder {decoder!r} runs in Python, and an executor runs native code only: "
-                                       "choose a native decoder (lut, bposd) or another place (thread, process)")
-        needs_endpoint = plugins.transport_backend(transport, "cpu", "coprocessor").needs_endpoint
-        nodes = []
-        for i in range(workers or DEFAULT_WORKERS):
-            endpoint = Endpoint(host=LOOPBACK, port=free_port(LOOPBACK)) if needs_endpoint else None
-            executor = stack.enter_context(local_executor()) if runs_in == "executor" else None
-            nodes.append(Coprocessor(name=f"worker-{i}", coprocessor_fn=fn, runs_in=runs_in, endpoint=endpoint,
-                                     executor=executor, init_args=dict(transport_args or {})))
-        placement = Placement(controller=Controller(init_args=controller_args), transport=transport, coprocessors=nodes)
-    else:
-        if workers is not None and workers != len(placement.coprocessors):
-            raise InvalidArgumentError(f"workers={workers} but the placement names {len(placement.coprocessors)} "
-                                       "coprocessors: each coprocessor is a worker (leave out workers)")
-        controller = placement.controller
-        if round_timeout_ms is not None:
-            controller = dataclasses.replace(controller, init_args={**dict(controller.init_args),
-                                                                    "timeout_ms": round_timeout_ms})
-        placement = dataclasses.replace(placement, controller=controller, coprocessors=[
-            dataclasses.replace(node, coprocessor_fn=fn) for node in placement.coprocessors])
+    placement = worker_placement(fn, decoder, placement=placement, workers=workers, transport=transport,
+                                 runs_in=runs_in, transport_args=transport_args,
+                                 round_timeout_ms=round_timeout_ms, stack=stack)
     names = [node.name for node in placement.coprocessors]
     in_bytes = max((len(m.detectors) + 7) // 8 for m in pw.models)
     out_bytes = max((pw.num_observables + len(m.handed_on) + 7) // 8 for m in pw.models)
@@ -514,3 +549,70 @@ def _stream_tiered(circuit: stim.Circuit, decoder: str, auxiliary: str, *, shots
         decoders={"primary": {"name": decoder, "params": tw.primary.params},
                   "auxiliary": {"name": auxiliary, "params": tw.auxiliary.params}},
         window=window, commit=commit, wall_s=wall, reference_s=ref_s)
+
+
+def _stream_pool(circuit: stim.Circuit, decoder: str, patches: int, *, shots: int, seed: int | None,
+                 detectors: np.ndarray | None, observables: np.ndarray | None, placement: Placement | None,
+                 transport: str, runs_in: str | None, transport_args: dict[str, Any] | None, window: int | None,
+                 commit: int | None, cycle_us: float, reference: bool, workers: int | None,
+                 round_timeout_ms: int | None, admission: bool, **params: Any) -> PoolStreamResult:
+    if not isinstance(patches, int) or isinstance(patches, bool) or not 1 <= patches <= 64:
+        raise InvalidArgumentError(f"patches={patches!r} must be a whole number from 1 to 64")
+    if not isinstance(admission, bool):
+        raise InvalidArgumentError(f"admission={admission!r} must be True or False (--admission on|off)")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= 64):
+        raise InvalidArgumentError(f"workers={workers!r} must be a whole number from 1 to 64")
+    if round_timeout_ms is not None and (not isinstance(round_timeout_ms, int) or isinstance(round_timeout_ms, bool)
+                                         or round_timeout_ms < 1):
+        raise InvalidArgumentError(f"round_timeout_ms={round_timeout_ms!r} must be a positive whole number of ms")
+    if not isinstance(cycle_us, (int, float)) or isinstance(cycle_us, bool) or not 0 <= cycle_us <= 1e6:
+        raise InvalidArgumentError(f"cycle_us={cycle_us!r} must be a number of microseconds from 0 to 1e6 (0: every "
+                                   "round at once)")
+    sw = SlidingWindowDecoder(circuit, decoder, window=window, commit=commit, **params)
+    if detectors is None:
+        if not isinstance(shots, int) or isinstance(shots, bool) or shots < 1:
+            raise InvalidArgumentError(f"shots={shots!r} must be a positive int")
+        total = shots * patches
+    else:
+        total = len(np.asarray(detectors))
+        if total % patches or total == 0:
+            raise InvalidArgumentError(f"the detection events hold {total} shots, not a positive multiple of "
+                                       f"patches={patches}: patch k's shots are the k-th of {patches} equal blocks")
+    dets, obs = _sample(circuit, total, seed, detectors, observables, sw.num_detectors, sw.num_observables)
+    per = len(dets) // patches
+    dets = np.asarray(dets, dtype=np.uint8).reshape(patches, per, sw.num_detectors)
+    obs = None if obs is None else np.asarray(obs, dtype=np.uint8).reshape(patches, per, sw.num_observables)
+    fn = window_function(sw.decoders)
+    stack = contextlib.ExitStack()
+    placement = worker_placement(fn, decoder, placement=placement, workers=workers, transport=transport,
+                                 runs_in=runs_in, transport_args=transport_args, round_timeout_ms=round_timeout_ms,
+                                 stack=stack)
+    names = [node.name for node in placement.coprocessors]
+    in_bytes = max((len(m.detectors) + 7) // 8 for m in sw.models)
+    out_bytes = max((sw.num_observables + len(m.handed_on) + 7) // 8 for m in sw.models)
+    timeout_s = (round_timeout_ms if round_timeout_ms is not None else 1000) / 1000
+    cycle_ns = int(round(cycle_us * 1000))
+    t0 = time.monotonic()
+    with stack, deploy(placement, in_bytes=in_bytes, out_bytes=out_bytes) as d:
+        ran = dispatch_pool(sw, dets, d, names, cycle_ns=cycle_ns, admission=admission, round_timeout_s=timeout_s)
+    wall = time.monotonic() - t0
+    flips = ran["predictions"]
+    ref_s = None
+    if reference:  # the same sliding windows in this process: each patch is decoded as offline
+        t1 = time.perf_counter()
+        ref = sw.decode_batch(dets.reshape(-1, sw.num_detectors)).reshape(flips.shape)
+        ref_s = time.perf_counter() - t1
+        if not (ref == flips).all():
+            raise BacklineError("the pool's predictions differ from the same sliding windows decoded in this process")
+    errors = None if obs is None else [int(v) for v in (flips != obs).any(axis=2).sum(axis=1)]
+    node = placement.coprocessors[0]
+    return PoolStreamResult(
+        patches=patches, shots=per, rounds=sw.num_rounds, windows_per_shot=len(sw.windows), predictions=flips,
+        logical_errors=errors, window_latency_ns=ran["latency"], response_ns=ran["response"], window_worker=ran["by"],
+        rejected=ran["rejected"], missed=ran["missed"], workers=names, worker_failures=ran["failures"],
+        admission=admission, cycle_ns=cycle_ns, max_queue=ran["max_queue"], max_backlog=ran["max_backlog"],
+        estimate_ns=ran["estimate_ns"], dispatch_s=ran["elapsed"],
+        placement={"transport": placement.transport, "runs_in": node.runs_in, "init_args": dict(node.init_args),
+                   "coprocessors": names},
+        decoder={"name": decoder, "params": sw.params, "window": window, "commit": commit},
+        wall_s=wall, reference_s=ref_s)
