@@ -55,6 +55,8 @@ _EXPORTS: dict[str, str] = {
     "private_tempdir": "_process", "sweep_orphaned_tempdirs": "_process",
     # the bench and the floor kit
     "local_executor": "_bench.runner",
+    # every DEM decoder as a sinter.Decoder, for a plugin that drives sinter (backline-sweeps)
+    "sinter_decoders": "sinter",
     "BenchConfig": "_bench.config", "PEER_KEY": "_bench.config", "RoundRunner": "_bench.runner",
     "BenchResult": "_bench.report", "Series": "_bench.report", "format_report": "_bench.report",
     "PERCENTILES": "_bench.stats", "summary": "_bench.stats", "Progress": "_bench.progress",

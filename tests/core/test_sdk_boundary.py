@@ -1,5 +1,5 @@
-"""A plugin imports from the core only ``backline_core``'s public names, ``backline_core.sdk`` and
-``backline_core.sinter`` (its tests may add ``backline_core.testing``): everything else in the core is private and may
+"""A plugin imports from the core only ``backline_core``'s public names and ``backline_core.sdk``
+(its tests may add ``backline_core.testing``): everything else in the core is private and may
 change, so a plugin that reached into it would break without warning."""
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ import backline_core.sdk as sdk
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGINS = REPO / "plugins"
-# backline_core.sinter is a user's module (sinter's decoders by name); a plugin that drives sinter
-# (backline-sweeps) uses it as any user does
-ALLOWED = {"backline_core", "backline_core.sdk", "backline_core.sdk.build", "backline_core.sinter"}
-ALLOWED_IN_TESTS = ALLOWED | {"backline_core.testing", "backline_core.testing.conformance"}
+ALLOWED = {"backline_core", "backline_core.sdk", "backline_core.sdk.build"}
+ALLOWED_IN_TESTS = ALLOWED | {"backline_core.testing", "backline_core.testing.conformance", "backline_core.sinter"}
 
 
 def _plugin_files() -> list[Path]:

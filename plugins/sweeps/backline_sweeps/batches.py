@@ -112,9 +112,9 @@ class _Prepared:
 
 def _sinter_decoder(name: str) -> Any:
     if name.startswith(BACKLINE_PREFIX):
-        from backline_core.sinter import decoder
+        from backline_core.sdk import sinter_decoders
 
-        return decoder(name)
+        return sinter_decoders()[name]
     import sinter
 
     return sinter.BUILT_IN_DECODERS[name]

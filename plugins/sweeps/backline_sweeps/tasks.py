@@ -104,7 +104,7 @@ def check_decoders(names: Sequence[str], *, placement: bool) -> None:
     """Refuse, in one line, a decoder the workers would not find (checked here, where the user is)."""
     import sinter
 
-    from backline_core.sinter import sinter_decoders
+    from backline_core.sdk import sinter_decoders
 
     known = sinter_decoders()
     for name in names:

@@ -79,8 +79,7 @@ def test_a_shot_over_a_transport_equals_the_decoder_offline(transport: str, runs
 
 @pytest.mark.parametrize("runs_in", ["thread", "process"])
 def test_a_python_inner_decoder_is_bound_where_the_session_runs(runs_in: str):
-    if "pymatching" not in plugins.names("decoder"):
-        pytest.skip("the pymatching decoder plugin is not installed")
+    pytest.importorskip("backline_decoder_pymatching", reason="the pymatching decoder plugin is not installed")
     config = next(c for c in read_config(str(CONFIG)) if c.decoder == "pymatching")
     m, offline = shots_and_offline(config)
     function = session_function([SessionDecoder.from_config(config)], SLOT)
