@@ -17,6 +17,7 @@ per-shot Python loop). sinter is imported only here (``pip install backline-core
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -84,7 +85,10 @@ def decoder(name: str, **params: Any) -> BacklineDecoder:
     return BacklineDecoder(name.removeprefix(PREFIX), **params)
 
 
-def sinter_decoders() -> dict[str, sinter.Decoder]:
+def sinter_decoders(names: Iterable[str] | None = None) -> dict[str, sinter.Decoder]:
     """``{"backline:NAME": decoder}`` for every installed decoder that builds from a DEM, with its
-    default parameters (``--custom_decoders_module_function backline_core.sinter:sinter_decoders``)."""
-    return {PREFIX + name: BacklineDecoder(name) for name in _dem_decoders()}
+    default parameters (``--custom_decoders_module_function backline_core.sinter:sinter_decoders``);
+    with ``names`` (``backline:NAME``), those only: the others' plugins are not loaded, and an
+    unknown name raises :class:`~backline_core.UnknownPluginError` listing the installed ones."""
+    wanted = _dem_decoders() if names is None else [n.removeprefix(PREFIX) for n in names]
+    return {PREFIX + name: BacklineDecoder(name) for name in wanted}

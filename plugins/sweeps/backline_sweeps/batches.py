@@ -114,7 +114,7 @@ def _sinter_decoder(name: str) -> Any:
     if name.startswith(BACKLINE_PREFIX):
         from backline_core.sdk import sinter_decoders
 
-        return sinter_decoders()[name]
+        return sinter_decoders([name])[name]
     import sinter
 
     return sinter.BUILT_IN_DECODERS[name]

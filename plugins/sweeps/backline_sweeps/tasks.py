@@ -101,22 +101,26 @@ def read_tasks(patterns: Sequence[str], decoders: Sequence[str], *, metadata_fro
 
 
 def check_decoders(names: Sequence[str], *, placement: bool) -> None:
-    """Refuse, in one line, a decoder the workers would not find (checked here, where the user is)."""
+    """Refuse, in one line, a decoder the workers would not find (checked here, where the user is).
+    Only the named plugins load: the others' imports would delay the sweep's start."""
     import sinter
 
+    from backline_core import PluginError, UnknownPluginError
     from backline_core.sdk import sinter_decoders
 
-    known = sinter_decoders()
     for name in names:
         if name.startswith(BACKLINE_PREFIX):
-            if name not in known:
+            try:
+                sinter_decoders([name])
+            except UnknownPluginError:
                 raise InvalidArgumentError(f"--decoders: unknown decoder {name!r}; installed: "
-                                           f"{', '.join(sorted(known)) or 'none'}")
+                                           f"{', '.join(sorted(sinter_decoders())) or 'none'}") from None
+            except PluginError as exc:
+                raise InvalidArgumentError(f"--decoders {name!r}: {str(exc).splitlines()[0]}") from None
         elif placement:
             raise InvalidArgumentError(f"--decoders {name!r}: --placement streams to Backline decoders only "
-                                       f"({', '.join(sorted(known))})")
+                                       f"({', '.join(sorted(sinter_decoders()))})")
         elif name not in sinter.BUILT_IN_DECODERS:
             raise InvalidArgumentError(f"--decoders: unknown decoder {name!r}; give backline:NAME "
-                                       f"({', '.join(sorted(known))}) or one of sinter's "
+                                       f"({', '.join(sorted(sinter_decoders()))}) or one of sinter's "
                                        f"({', '.join(sorted(sinter.BUILT_IN_DECODERS))})")
-
