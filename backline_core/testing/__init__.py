@@ -14,6 +14,8 @@ on an ``Endpoint``), so that each plugin's tests do not carry their own copy.
   test bodies every transport runs, needs to know of a transport (docs/plugins.md, "Testing a
   transport with the conformance suite").
 * :func:`shm_segments` -- the shared-memory segments of /dev/shm (nothing may be left behind).
+* :func:`two_namespaces` -- two network namespaces joined by a veth pair, for a test (or a
+  benchmark) with its nodes on two "hosts" of this machine (root and iproute2).
 
 The package is also a pytest plugin (the ``pytest11`` entry point ``backline``,
 :mod:`backline_core.testing.plugin`): its fixtures are named ``backline_*`` and do nothing in a
@@ -40,10 +42,12 @@ and starts nothing until it is called.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -52,9 +56,9 @@ from .._device import BELL_PROGRAM
 from .._errors import BacklineError
 from .._process import ChildProcess, children, free_port, gone
 
-__all__ = ["BELL_PROGRAM", "CliResult", "ServeProcess", "TransportUnderTest", "children_running", "endpoint_config",
-           "test_secret",
-           "free_port", "gone", "one_line", "run_cli", "shm_segments", "usage_error"]
+__all__ = ["BELL_PROGRAM", "CliResult", "NamespacePair", "ServeProcess", "TransportUnderTest", "children_running",
+           "endpoint_config", "free_port", "gone", "one_line", "run_cli", "shm_segments", "test_secret",
+           "two_namespaces", "usage_error"]
 
 
 def one_line(stderr: str) -> str:
@@ -167,6 +171,60 @@ def shm_segments(root: str = SHM_ROOT) -> set[str]:
         except OSError:
             continue
     return found
+
+
+class NamespacePair(NamedTuple):
+    """Two network namespaces joined by a veth pair: ``a`` holds ``address_a`` on its end ``veth_a``,
+    ``b`` holds ``address_b`` on ``veth_b``."""
+
+    a: str
+    b: str
+    address_a: str
+    address_b: str
+    veth_a: str
+    veth_b: str
+
+    def exec_in(self, namespace: str) -> list[str]:
+        """The prefix that runs a command in ``namespace`` (``ip netns exec NAMESPACE``)."""
+        return ["ip", "netns", "exec", namespace]
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        raise BacklineError(f"ip {' '.join(args)} failed: {done.stderr.strip()}")
+
+
+@contextlib.contextmanager
+def two_namespaces(subnet: str) -> Iterator[NamespacePair]:
+    """Network namespaces ``bl-a-TAG`` (``SUBNET.1/24``) and ``bl-b-TAG`` (``SUBNET.2/24``) joined by
+    a veth pair, the veth and ``lo`` up in each; both (and the veth with them) are deleted however the
+    block exits. Needs root and iproute2 (``ip``); a step that fails raises BacklineError.
+
+    ``subnet`` is the first three octets, e.g. ``"10.203.0"``: give each concurrent user its own."""
+    tag = uuid.uuid4().hex[:6]
+    # an interface name has at most 15 characters
+    pair = NamespacePair(f"bl-a-{tag}", f"bl-b-{tag}", f"{subnet}.1", f"{subnet}.2", f"bla{tag}", f"blb{tag}")
+    made: list[str] = []
+    try:
+        for ns in (pair.a, pair.b):
+            _ip("netns", "add", ns)
+            made.append(ns)
+        _ip("link", "add", pair.veth_a, "type", "veth", "peer", "name", pair.veth_b)
+        for ns, dev, address in ((pair.a, pair.veth_a, pair.address_a), (pair.b, pair.veth_b, pair.address_b)):
+            _ip("link", "set", dev, "netns", ns)
+            _ip("-n", ns, "addr", "add", f"{address}/24", "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        yield pair
+    finally:
+        for ns in made:  # deleting a namespace deletes the veth end in it, and so the pair
+            subprocess.run(["ip", "netns", "del", ns], stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        # before the namespaces moved, the veth was in this one
+        subprocess.run(["ip", "link", "del", pair.veth_a], stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+    if tag in left:  # checked only when the block succeeded: its own error says more
+        raise BacklineError(f"network namespaces left behind: {left}")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ tests run it serving.)
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from backline_core.testing import ServeProcess, TransportUnderTest, endpoint_config, free_port, run_cli, test_secret, usage_error
+from backline_core.testing import (ServeProcess, TransportUnderTest, endpoint_config, free_port, run_cli, test_secret,
+                                   two_namespaces, usage_error)
 
 
 def test_a_free_port_can_be_listened_on() -> None:
@@ -109,3 +112,29 @@ def test_the_pytest_plugin_gives_its_fixtures_and_asks_for_a_transport(tmp_path:
                            "-rfE", str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert "1 passed, 1 error" in proc.stdout, proc.stdout + proc.stderr
     assert "needs a `backline_transport` fixture" in proc.stdout, proc.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
+                    reason="creates network namespaces: needs root and iproute2 (`ip`)")
+def test_two_namespaces_reach_each_other_over_the_veth_and_go_however_the_block_exits() -> None:
+    listen = ("import socket; s = socket.create_server(('{host}', 0)); print(s.getsockname()[1], flush=True); "
+              "c, _ = s.accept(); c.sendall(b'hi'); c.close()")
+    dial = "import socket, sys; print(socket.create_connection(('{host}', int(sys.argv[1])), timeout=30).recv(2))"
+    with pytest.raises(KeyError):
+        with two_namespaces("10.209.0") as pair:
+            server = subprocess.Popen([*pair.exec_in(pair.b), sys.executable, "-c", listen.format(host=pair.address_b)],
+                                      stdout=subprocess.PIPE, text=True)
+            try:
+                port = server.stdout.readline().strip()
+                got = subprocess.run([*pair.exec_in(pair.a), sys.executable, "-c", dial.format(host=pair.address_b),
+                                      port], capture_output=True, text=True, timeout=60)
+                assert got.stdout.strip() == "b'hi'", got.stderr
+            finally:
+                server.kill()
+                server.wait(30)
+                server.stdout.close()
+            raise KeyError("the block fails")
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+    links = subprocess.run(["ip", "link"], capture_output=True, text=True, timeout=30).stdout
+    tag = pair.a.removeprefix("bl-a-")
+    assert tag not in names and tag not in links

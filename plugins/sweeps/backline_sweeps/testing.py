@@ -1,4 +1,5 @@
-"""Test helpers for sweeps (used by plugins/sweeps/tests): tiny circuits, the command as a child, a real Dask scheduler and workers."""
+"""Test helpers for sweeps (used by plugins/sweeps/tests): tiny circuits, the command as a child, a real Dask scheduler and workers.
+(Two network namespaces: ``backline_core.testing.two_namespaces``.)"""
 
 from __future__ import annotations
 
@@ -179,28 +180,3 @@ def netns_permitted() -> bool:
         return False
     subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=30)
     return True
-
-
-@contextlib.contextmanager
-def two_namespaces(subnet: str) -> Iterator[tuple[str, str]]:
-    """Namespaces A (SUBNET.1) and B (SUBNET.2) joined by a veth pair; gone at the end however it went."""
-    tag = uuid.uuid4().hex[:6]
-    a, b = f"bl-sw-a-{tag}", f"bl-sw-b-{tag}"
-    made: list[str] = []
-    try:
-        for ns in (a, b):
-            ip("netns", "add", ns)
-            made.append(ns)
-        ip("link", "add", f"sa{tag}", "type", "veth", "peer", "name", f"sb{tag}")
-        ip("link", "set", f"sa{tag}", "netns", a)
-        ip("link", "set", f"sb{tag}", "netns", b)
-        for ns, dev, addr in ((a, f"sa{tag}", f"{subnet}.1"), (b, f"sb{tag}", f"{subnet}.2")):
-            ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
-            ip("-n", ns, "link", "set", dev, "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-        yield a, b
-    finally:
-        for ns in made:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
-    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
-    assert tag not in left, f"namespaces left behind: {left}"

@@ -10,9 +10,10 @@ import pytest
 import sinter
 
 from backline_core import Controller, Coprocessor, Placement
+from backline_core.testing import two_namespaces
 from backline_sweeps.batches import Batch, run_batch
 from backline_sweeps.tasks import read_tasks
-from backline_sweeps.testing import DaskCluster, netns_permitted, run_collect, two_namespaces
+from backline_sweeps.testing import DaskCluster, netns_permitted, run_collect
 
 
 def memcpy_thread() -> str:
@@ -48,14 +49,14 @@ def test_collect_with_a_placement(circuits: Path) -> None:
 @pytest.mark.skipif(shutil.which("ip") is None or not netns_permitted(),
                     reason="creates network namespaces: needs root and iproute2 (`ip`)")
 def test_a_worker_in_another_network_namespace(circuits: Path) -> None:
-    with two_namespaces("10.207.0") as (a, b):
-        cluster = DaskCluster(host="10.207.0.1", wrap_scheduler=["ip", "netns", "exec", a])
+    with two_namespaces("10.207.0") as pair:
+        cluster = DaskCluster(host=pair.address_a, wrap_scheduler=pair.exec_in(pair.a))
         try:
             cluster.start()
-            cluster.add_worker(wrapper=["ip", "netns", "exec", b], host="10.207.0.2")
+            cluster.add_worker(wrapper=pair.exec_in(pair.b), host=pair.address_b)
             r = run_collect("--circuits", "d=*.stim", "--decoders", "backline:pymatching", "--metadata-from-filename",
                             "--max-shots", "3000", "--save-resume-filepath", "stats.csv", "--scheduler",
-                            cluster.address, wrapper=["ip", "netns", "exec", a], cwd=circuits)
+                            cluster.address, wrapper=pair.exec_in(pair.a), cwd=circuits)
         finally:
             cluster.stop()
     assert r.returncode == 0, r.stderr

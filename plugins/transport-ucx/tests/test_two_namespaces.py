@@ -5,17 +5,14 @@ the test went."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 
 import pytest
 
-from backline_core.testing import ServeProcess, test_secret
+from backline_core.testing import ServeProcess, test_secret, two_namespaces
 
 ROUNDS = 2000
 PORT = 18600
@@ -40,47 +37,18 @@ print(f"two-namespace rounds ok: {rounds} steane rounds over tcp, RTT median {{r
 """
 
 
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
-
-
-@contextlib.contextmanager
-def two_namespaces(subnet: str) -> Iterator[tuple[str, str, str]]:
-    """Namespaces A and B joined by a veth pair, SUBNET.1 in A and SUBNET.2 in B: (a, b, B's address).
-    They (and the veth with them) go at the end however the test went."""
-    tag = uuid.uuid4().hex[:6]
-    a, b = f"bl-ucx-a-{tag}", f"bl-ucx-b-{tag}"
-    made: list[str] = []
-    try:
-        for ns in (a, b):
-            ip("netns", "add", ns)
-            made.append(ns)
-        ip("link", "add", f"va{tag}", "type", "veth", "peer", "name", f"vb{tag}")
-        ip("link", "set", f"va{tag}", "netns", a)
-        ip("link", "set", f"vb{tag}", "netns", b)
-        for ns, dev, addr in ((a, f"va{tag}", f"{subnet}.1"), (b, f"vb{tag}", f"{subnet}.2")):
-            ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
-            ip("-n", ns, "link", "set", dev, "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-        yield a, b, f"{subnet}.2"
-    finally:
-        for ns in made:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
-    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
-    assert tag not in left, f"namespaces left behind: {left}"
-
-
 def test_rounds_cross_two_network_namespaces_over_tcp() -> None:
-    with two_namespaces("10.203.0") as (a, b, host_b):
-        with ServeProcess("ucx", PORT, "steane", host=host_b, wrapper=["ip", "netns", "exec", b], tls="tcp"):
+    with two_namespaces("10.203.0") as pair:
+        host_b = pair.address_b
+        with ServeProcess("ucx", PORT, "steane", host=host_b, wrapper=pair.exec_in(pair.b), tls="tcp"):
             code = CONTROLLER.format(host=host_b, port=PORT, rounds=ROUNDS, secret=test_secret())
-            ctl = subprocess.run(["ip", "netns", "exec", a, sys.executable, "-c", code], capture_output=True,
+            ctl = subprocess.run([*pair.exec_in(pair.a), sys.executable, "-c", code], capture_output=True,
                                  text=True, timeout=300)
         print(ctl.stdout)
         assert ctl.returncode == 0, ctl.stdout + ctl.stderr
         assert "two-namespace rounds ok" in ctl.stdout
         # The controller's namespace cannot reach the coprocessor's loopback: only the veth joins them.
-        assert "UCX transports: tcp/va" in ctl.stderr, ctl.stderr
+        assert f"UCX transports: tcp/{pair.veth_a}" in ctl.stderr, ctl.stderr
 
 
 def test_bench_with_a_peer_in_the_other_namespace() -> None:
@@ -88,7 +56,8 @@ def test_bench_with_a_peer_in_the_other_namespace() -> None:
     # and the floor's responder on PORT + 1.
     from backline_core.sdk import FLOOR_PORT_OFFSET, PEER_KEY, ChildProcess
 
-    with two_namespaces("10.204.0") as (a, b, host_b):
+    with two_namespaces("10.204.0") as pair:
+        a, b, host_b = pair.a, pair.b, pair.address_b
         with ServeProcess("ucx", PORT, "steane", key=PEER_KEY, host=host_b, wrapper=["ip", "netns", "exec", b],
                           tls="tcp"):
             floor = ChildProcess(["ip", "netns", "exec", b, sys.executable, "-P", "-m",
