@@ -339,9 +339,14 @@ def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int 
     return result
 
 
+def runs_in_of(node: Coprocessor) -> str | None:
+    """Where ``node`` runs as the report says it: a node given an executor has ``runs_in`` None."""
+    return "executor" if node.dispatched else node.runs_in
+
+
 def placement_description(placement: Placement) -> dict[str, Any]:
     node = placement.coprocessors[0]
-    return {"transport": placement.transport, "runs_in": node.runs_in, "init_args": dict(node.init_args),
+    return {"transport": placement.transport, "runs_in": runs_in_of(node), "init_args": dict(node.init_args),
             "coprocessor": node.name}
 
 
@@ -455,7 +460,7 @@ def _stream_parallel(circuit: stim.Circuit, decoder: str, *, shots: int, seed: i
         logical_errors=int(wrong.sum()) if obs is not None else None, window_latency_ns=ran["latency"],
         window_worker=ran["by"], workers=names, worker_failures=ran["failures"], deadline_misses=ran["misses"],
         dispatch_s=ran["elapsed"],
-        placement={"transport": placement.transport, "runs_in": node.runs_in, "init_args": dict(node.init_args),
+        placement={"transport": placement.transport, "runs_in": runs_in_of(node), "init_args": dict(node.init_args),
                    "coprocessors": names},
         decoder={"name": decoder, "params": pw.params, "window": window, "commit": commit},
         layers=layers, wall_s=wall, reference_s=ref_s)
@@ -612,7 +617,7 @@ def _stream_pool(circuit: stim.Circuit, decoder: str, patches: int, *, shots: in
         rejected=ran["rejected"], missed=ran["missed"], workers=names, worker_failures=ran["failures"],
         admission=admission, cycle_ns=cycle_ns, max_queue=ran["max_queue"], max_backlog=ran["max_backlog"],
         estimate_ns=ran["estimate_ns"], dispatch_s=ran["elapsed"],
-        placement={"transport": placement.transport, "runs_in": node.runs_in, "init_args": dict(node.init_args),
+        placement={"transport": placement.transport, "runs_in": runs_in_of(node), "init_args": dict(node.init_args),
                    "coprocessors": names},
         decoder={"name": decoder, "params": sw.params, "window": window, "commit": commit},
         wall_s=wall, reference_s=ref_s)
