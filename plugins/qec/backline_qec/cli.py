@@ -6,7 +6,7 @@
         [--window W --commit C] [--cycle-us T]
         [--parallel-windows [--workers N] [--round-timeout-ms MS]]
         [--patches K [--workers N] [--admission on|off] [--round-timeout-ms MS]]
-        [--escalate-to NAME [--escalate-when syndrome-weight>K] [--escalate-placement FILE.json]
+        [--escalate-to NAME [--escalate-when not-converged|syndrome-weight>K] [--escalate-placement FILE.json]
          [--escalate-param K=V]...]
         [--predictions FILE.b8] [--json FILE] [--plot FILE.png]
     backline qec export-config CIRCUIT.stim|DEM.dem --decoder NAME [--decoder-param K=V]... [--out FILE]
@@ -360,8 +360,9 @@ def parser() -> Parser:
                    help="tiered decoding: the auxiliary decoder, which answers the windows --escalate-when flags on "
                         "its own coprocessor (the primary, --decoder, answers the others)")
     s.add_argument("--escalate-when", metavar="CRITERION",
-                   help="with --escalate-to: syndrome-weight>K (a window of more than K detection events; K = -1: "
-                        "every window); not-converged needs a primary that reports convergence, and none does")
+                   help="with --escalate-to: not-converged (default: the primary decodes every window, and one "
+                        "its estimate does not explain goes on to the auxiliary) or syndrome-weight>K (a window of "
+                        "more than K detection events; K = -1: every window)")
     s.add_argument("--escalate-placement", metavar="FILE.json",
                    help="with --escalate-to: a placement JSON with one coprocessor for the auxiliary decoder "
                         "(default: memcpy, in a process)")

@@ -196,8 +196,8 @@ def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int 
     ``on_progress(windows_done, deployment)`` is called after each commit (a test's fault hook).
 
     ``escalate_to``: tiered decoding (backline_qec.tiered): ``decoder`` answers each sliding window
-    on the placement's coprocessor, except the windows ``escalate_when`` (``"syndrome-weight>K"``)
-    flags, which ``escalate_to`` (with ``escalate_params``) answers on the coprocessor of
+    on the placement's coprocessor, except the windows ``escalate_when`` (``"not-converged"``, the
+    default, or ``"syndrome-weight>K"``) flags, which ``escalate_to`` (with ``escalate_params``) answers on the coprocessor of
     ``escalate_placement`` (default: a memcpy process).
 
     ``patches``: a decoder pool with deadlines (backline_qec.pool): ``patches`` independent copies of
@@ -493,12 +493,8 @@ def _stream_tiered(circuit: stim.Circuit, decoder: str, auxiliary: str, *, shots
     if round_timeout_ms is not None and (not isinstance(round_timeout_ms, int) or isinstance(round_timeout_ms, bool)
                                          or round_timeout_ms < 1):
         raise InvalidArgumentError(f"round_timeout_ms={round_timeout_ms!r} must be a positive whole number of ms")
-    if escalate_when is None:
-        raise InvalidArgumentError(f"give --escalate-when syndrome-weight>K: the default, {NOT_CONVERGED}, needs a "
-                                   f"primary that reports convergence, and {decoder!r} does not (no installed decoder "
-                                   "does)")
-    when = escalate_when
-    threshold = parse_escalate_when(when, decoder)
+    when = NOT_CONVERGED if escalate_when is None else escalate_when
+    threshold = parse_escalate_when(when)
     tw = TieredWindowDecoder(circuit, decoder, auxiliary, threshold=threshold, window=window, commit=commit,
                              auxiliary_params=escalate_params, **params)
     dets, obs = _sample(circuit, shots, seed, detectors, observables, tw.num_detectors, tw.num_observables)
@@ -528,7 +524,7 @@ def _stream_tiered(circuit: stim.Circuit, decoder: str, auxiliary: str, *, shots
             Coprocessor(name=name, coprocessor_fn=fn, runs_in=where, endpoint=endpoint, executor=executor,
                         init_args=args)]))
     in_bytes = max((len(m.detectors) + 7) // 8 for m in tw.models)
-    out_bytes = max((tw.num_observables + len(m.handed_on) + 7) // 8 for m in tw.models)
+    out_bytes = max((tw.reply_width(k, tier) + 7) // 8 for k in range(len(tw.models)) for tier in (0, 1))
     t0 = time.monotonic()
     with stack:
         with deploy(placements[0], in_bytes=in_bytes, out_bytes=out_bytes) as d0, \
@@ -548,7 +544,7 @@ def _stream_tiered(circuit: stim.Circuit, decoder: str, auxiliary: str, *, shots
     return TieredStreamResult(
         shots=len(dets), rounds=tw.primary.num_rounds, windows_per_shot=len(tw.models), predictions=flips,
         logical_errors=int(wrong.sum()) if obs is not None else None, window_latency_ns=ran["latency"],
-        escalated=ran["escalated"], escalate_when=when, dispatch_s=ran["elapsed"],
+        tier_latency_ns=ran["tier_latency"], escalated=ran["escalated"], escalate_when=when, dispatch_s=ran["elapsed"],
         placements={"primary": placement_description(placements[0]),
                     "auxiliary": placement_description(placements[1])},
         decoders={"primary": {"name": decoder, "params": tw.primary.params},
@@ -616,7 +612,8 @@ def _stream_pool(circuit: stim.Circuit, decoder: str, patches: int, *, shots: in
         logical_errors=errors, window_latency_ns=ran["latency"], response_ns=ran["response"], window_worker=ran["by"],
         rejected=ran["rejected"], missed=ran["missed"], workers=names, worker_failures=ran["failures"],
         admission=admission, cycle_ns=cycle_ns, max_queue=ran["max_queue"], max_backlog=ran["max_backlog"],
-        estimate_ns=ran["estimate_ns"], dispatch_s=ran["elapsed"],
+        estimate_ns=ran["estimate_ns"], predicted_late=ran["predicted_late"], late_done=ran["late_done"],
+        prediction_error_ns=ran["prediction_error_ns"], dispatch_s=ran["elapsed"],
         placement={"transport": placement.transport, "runs_in": runs_in_of(node), "init_args": dict(node.init_args),
                    "coprocessors": names},
         decoder={"name": decoder, "params": sw.params, "window": window, "commit": commit},

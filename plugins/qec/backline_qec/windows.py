@@ -196,8 +196,12 @@ def _mechanisms(dem: stim.DetectorErrorModel) -> list[tuple[float, list[tuple[li
 
 
 def window_model(dem: stim.DetectorErrorModel, rounds: np.ndarray, window: Window,
-                 mechanisms: Sequence[Any] | None = None) -> WindowModel:
-    """The DEM of ``window`` (see the module docstring); ``rounds`` gives each detector's round."""
+                 mechanisms: Sequence[Any] | None = None, *, reply_syndrome: bool = False) -> WindowModel:
+    """The DEM of ``window`` (see the module docstring); ``rounds`` gives each detector's round.
+
+    ``reply_syndrome``: the reply goes on with one bit per window detector, the detection events
+    the decoder's whole estimate (committed or not) explains: equal to the window's events exactly
+    when the estimate is consistent with them (BP: when it converged)."""
     rounds = np.asarray(rounds)
     if rounds.shape != (dem.num_detectors,):
         raise InvalidArgumentError(f"rounds has {rounds.size} entries but the DEM has {dem.num_detectors} detectors")
@@ -236,6 +240,8 @@ def window_model(dem: stim.DetectorErrorModel, rounds: np.ndarray, window: Windo
             obs = sorted(os_) if committed else []
             if committed:
                 obs += sorted(num_obs + pseudo[d] for d in ds if d in pseudo)
+            if reply_syndrome:
+                obs += [num_obs + len(handed) + k for k in kept]
             if kept or obs:
                 text.append(" ".join([*(f"D{k}" for k in kept), *(f"L{o}" for o in obs)]))
         if text:
@@ -243,7 +249,7 @@ def window_model(dem: stim.DetectorErrorModel, rounds: np.ndarray, window: Windo
     # declare the last detector and observable, so the counts are the window's even where no error reaches them
     if len(detectors):
         lines.append(f"detector D{len(detectors) - 1}")
-    lines.append(f"logical_observable L{num_obs + len(handed) - 1}")
+    lines.append(f"logical_observable L{num_obs + len(handed) + (len(detectors) if reply_syndrome else 0) - 1}")
     return WindowModel(window=window, dem=stim.DetectorErrorModel("\n".join(lines)), detectors=detectors,
                        handed_on=np.asarray(handed, dtype=np.int64), num_observables=num_obs,
                        decoded=np.asarray(decoded, dtype=np.int64), committed=np.asarray(committed_ids, dtype=np.int64))
@@ -256,8 +262,12 @@ class SlidingWindowDecoder:
     a memory experiment); :meth:`decode_batch` runs each window over every shot at once.
     """
 
+    #: each window's reply ends with the detection events its estimate explains (:func:`window_model`)
+    reply_syndrome = False
+
     def __init__(self, circuit: stim.Circuit, name: str, *, window: int | None = None, commit: int | None = None,
-                 **params: Any) -> None:
+                 reply_syndrome: bool = False, **params: Any) -> None:
+        self.reply_syndrome = bool(reply_syndrome)
         rounds = detector_rounds(circuit)
         self._plan(int(rounds.max()) + 1, window, commit)  # refuse a bad plan before building anything
         if circuit.num_observables == 0:
@@ -314,7 +324,8 @@ class SlidingWindowDecoder:
         self.params = record.check_params(params)
         mechanisms = _mechanisms(self.dem)
         self.windows = self._plan(self.num_rounds, *spec, mechanism_reach(rounds, mechanisms))
-        self.models = [window_model(self.dem, self.rounds, w, mechanisms) for w in self.windows]
+        self.models = [window_model(self.dem, self.rounds, w, mechanisms, reply_syndrome=self.reply_syndrome)
+                       for w in self.windows]
         #: window index -> index of its decoder in :attr:`decoders` (one per distinct window DEM)
         self.shape: list[int] = []
         self.decoders: list[Any] = []
@@ -339,7 +350,7 @@ class SlidingWindowDecoder:
         for model, shape in zip(self.models, self.shape):
             reply = self.decoders[shape].decode_batch(work[:, model.detectors])
             predicted ^= reply[:, :self.num_observables]
-            work[:, model.handed_on] ^= reply[:, self.num_observables:]
+            work[:, model.handed_on] ^= reply[:, self.num_observables:self.num_observables + len(model.handed_on)]
         return predicted
 
 
@@ -376,5 +387,5 @@ class ParallelWindowDecoder(SlidingWindowDecoder):
             source = work if self.after[k] else raw  # a layer-A window sees no other window's commit
             reply = self.decoders[self.shape[k]].decode_batch(source[:, model.detectors])
             predicted ^= reply[:, :self.num_observables]
-            work[:, model.handed_on] ^= reply[:, self.num_observables:]
+            work[:, model.handed_on] ^= reply[:, self.num_observables:self.num_observables + len(model.handed_on)]
         return predicted
