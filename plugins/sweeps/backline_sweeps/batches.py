@@ -7,6 +7,8 @@ batch id: a rerun samples the same shots, and two batches never share a seed.
 
 from __future__ import annotations
 
+import os
+
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -103,11 +105,24 @@ class _Prepared:
         self.placement = None
         self.decoder = None
         if placement_json is not None:
-            from backline_core import Placement
-
-            self.placement = Placement.from_json(placement_json)
+            self.placement = worker_placement(placement_json)
         else:
             self.decoder = _sinter_decoder(task.decoder).compile_decoder_for_dem(dem=sinter_dem(self.circuit))
+
+
+def worker_placement(placement_json: str) -> Any:
+    """The sweep's placement as this worker process deploys it: a coprocessor without an endpoint is
+    found by its name on this host (memcpy's shared-memory key), and several workers of one host
+    stream at once, so each names it after itself. One with an endpoint keeps it: two workers of one
+    host on one endpoint are refused by the transport (give each host one worker, or no endpoint)."""
+    import dataclasses
+
+    from backline_core import Placement
+
+    placement = Placement.from_json(placement_json)
+    nodes = [n if n.endpoint is not None else dataclasses.replace(n, name=f"{n.name}-{os.getpid()}")
+             for n in placement.coprocessors]
+    return dataclasses.replace(placement, coprocessors=nodes)
 
 
 def _sinter_decoder(name: str) -> Any:

@@ -35,12 +35,12 @@ def test_a_batch_streamed_through_a_placement_counts_the_offline_errors(circuits
 def test_collect_with_a_placement(circuits: Path) -> None:
     (circuits / "p.json").write_text(memcpy_thread())
     r = run_collect("--circuits", "d=*.stim", "--decoders", "backline:lut", "--metadata-from-filename", "--max-shots",
-                    "2000", "--save-resume-filepath", "stats.csv", "--workers", "1", "--placement", "p.json",
+                    "2000", "--save-resume-filepath", "stats.csv", "--workers", "2", "--placement", "p.json",
                     cwd=circuits)
     assert r.returncode == 0, r.stderr
     assert "placement p.json" in r.stderr
     stats = sinter.read_stats_from_csv_files(circuits / "stats.csv")
-    assert sum(s.shots for s in stats) == 4000
+    assert sum(s.shots for s in stats) == 4000  # two workers of this host, each its own memcpy key
     r = run_collect("--circuits", "d=*.stim", "--decoders", "pymatching", "--max-shots", "10", "--placement", "p.json",
                     cwd=circuits)
     assert r.returncode == 2 and "--placement streams to Backline decoders only" in r.stderr
