@@ -5,6 +5,8 @@ on an ``Endpoint``), so that each plugin's tests do not carry their own copy.
 * :func:`endpoint_config` -- the configuration string of a node that uses ``host:port``.
 * :class:`ServeProcess` -- ``backline coprocessor serve`` in a child process, as a context
   manager that waits for its ``ready`` line and kills and reaps it at the end.
+* :class:`ReadyProcess` -- any command in a child process whose first stdout line is its READY
+  line of ``key=value`` words (``backline decoding-server``'s), read with a deadline.
 * :func:`one_line` -- the single line a CLI error must be (no traceback).
 * :func:`gone` and :func:`children_running` -- whether a process has ended, and which of this
   process's children still run a given program (nothing may be left behind).
@@ -44,8 +46,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +61,8 @@ from .._device import BELL_PROGRAM
 from .._errors import BacklineError
 from .._process import ChildProcess, children, free_port, gone
 
-__all__ = ["BELL_PROGRAM", "CliResult", "NamespacePair", "ServeProcess", "TransportUnderTest", "children_running",
+__all__ = ["BELL_PROGRAM", "CliResult", "NamespacePair", "ReadyProcess", "ServeProcess", "TransportUnderTest",
+           "children_running",
            "endpoint_config", "free_port", "gone", "one_line", "run_cli", "shm_segments", "test_secret",
            "two_namespaces", "usage_error"]
 
@@ -377,3 +383,55 @@ class ServeProcess:
             except (OSError, ValueError):
                 pass
         return said
+
+
+class ReadyProcess:
+    """``argv`` in a child process whose first stdout line must start with ``ready``.
+
+    That line's ``key=value`` words are :attr:`fields`; the lines after it queue in :attr:`lines`
+    (``None`` once stdout closes). Without such a line in ``timeout`` seconds the child is killed
+    and AssertionError says what came instead. :meth:`stop` signals it and returns what it said
+    after; :meth:`kill` kills it (if it still runs), reaps it and closes its pipes.
+    """
+
+    def __init__(self, argv: Sequence[str], ready: str, *, timeout: float = 60.0) -> None:
+        self.timeout = timeout
+        self.proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            line = None
+        if line is None or not line.startswith(ready):
+            exited = self.proc.poll() is not None  # its stderr is then complete: reading it cannot block
+            err = self.proc.stderr.read() if exited and self.proc.stderr else ""
+            self.kill()
+            raise AssertionError(f"no {ready.strip()} line from {' '.join(argv)}: {line!r}; stderr {err!r}")
+        self.fields = dict(tok.split("=", 1) for tok in line.split()[1:])
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def stop(self, signum: int = signal.SIGTERM) -> tuple[int, list[str], str]:
+        """Send ``signum`` and wait for the exit: its status, the stdout lines not yet taken, its stderr."""
+        self.proc.send_signal(signum)
+        rc = self.proc.wait(timeout=self.timeout)
+        self.reader.join(self.timeout)
+        rest = []
+        while (line := self.lines.get_nowait()) is not None:
+            rest.append(line)
+        return rc, rest, self.proc.stderr.read() if self.proc.stderr else ""
+
+    def kill(self) -> None:
+        """Kill it if it still runs, reap it and close its pipes."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=self.timeout)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream:
+                stream.close()

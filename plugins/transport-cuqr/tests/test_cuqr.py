@@ -4,11 +4,8 @@ stale replies, bad configuration, and the places resolution refuses."""
 
 from __future__ import annotations
 
-import queue
 import random
-import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +14,7 @@ import pytest
 from backline_core import (Controller, Coprocessor, DeadlineError, Endpoint, Placement, PlacementError, Session,
                            TransportError, UnknownDecoderError, connect_controller, deploy, plugins, resolve)
 from backline_core.sdk import dem_matrices
+from backline_core.testing import ReadyProcess
 
 BACKLINE = str(Path(sys.executable).with_name("backline"))
 DEADLINE_S = 60.0  # the server's READY line and its exit: generous, the machine is shared
@@ -106,39 +104,6 @@ def _sparse(m: np.ndarray) -> str:
     return "[" + ", ".join(map(str, out)) + "]"
 
 
-class DecodingServer:
-    """`backline decoding-server` as a subprocess, its READY line read with a deadline."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([BACKLINE, "decoding-server", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        try:
-            line = self.lines.get(timeout=DEADLINE_S)
-        except queue.Empty:
-            line = None
-        if line is None or not line.startswith("QEC_DECODING_SERVER_READY "):
-            self.kill()
-            raise AssertionError(f"no READY line from the decoding server: {line!r}")
-        fields = dict(tok.split("=", 1) for tok in line.split()[1:])
-        self.rings = {int(k[4:]): int(v) for k, v in fields.items() if k.startswith("ring")}
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=DEADLINE_S)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream:
-                stream.close()
-
-
 def test_backline_decoding_server_decodes_as_the_lut_offline(tmp_path):
     stim = pytest.importorskip("stim", reason="the surface code's circuit comes from stim (backline-qec's tests)")
     circuit = stim.Circuit.generated("surface_code:rotated_memory_z", distance=3, rounds=2,
@@ -153,9 +118,10 @@ def test_backline_decoding_server_decodes_as_the_lut_offline(tmp_path):
     dets = dets.astype(np.uint8)
     offline = np.asarray(plugins.get("decoder", "lut").build_from_matrices(h, o, depth=1).decode_batch(dets))
     n_det, n_obs = h.shape[0], o.shape[0]
-    server = DecodingServer("--config", str(config), "--transport", "udp", "--port", "0", "--timeout", "300")
+    server = ReadyProcess([BACKLINE, "decoding-server", "--config", str(config), "--transport", "udp", "--port", "0",
+                           "--timeout", "300"], "QEC_DECODING_SERVER_READY ", timeout=DEADLINE_S)
     try:
-        session = connect(server.rings[0], in_bytes=(n_det + 7) // 8, out_bytes=(n_obs + 7) // 8,
+        session = connect(int(server.fields["port"]), in_bytes=(n_det + 7) // 8, out_bytes=(n_obs + 7) // 8,
                           num_syndromes=n_det, return_size=n_obs, timeout_ms=10000)
         try:
             replies = [session.round(np.packbits(shot, bitorder="little").tobytes()) for shot in dets]

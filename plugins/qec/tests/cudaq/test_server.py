@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import socket
 import struct
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +17,7 @@ import stim
 
 from backline_core import plugins
 from backline_core.sdk import dem_matrices
+from backline_core.testing import ReadyProcess
 
 BACKLINE = str(Path(sys.executable).with_name("backline"))
 SLOT = 256
@@ -52,48 +51,12 @@ def code(tmp_path_factory):
             "entry": entry, "observables": o.shape[0]}
 
 
-class Server:
+class Server(ReadyProcess):
     """The server as a subprocess, its READY line read with a deadline."""
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([BACKLINE, "decoding-server", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        line = self.lines.get(timeout=DEADLINE_S)
-        assert line is not None and line.startswith("QEC_DECODING_SERVER_READY "), (line, self._stderr())
-        fields = dict(tok.split("=", 1) for tok in line.split()[1:])
-        self.fields = fields
-        self.rings = {int(k[4:]): int(v) for k, v in fields.items() if k.startswith("ring")}
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
-
-    def _stderr(self) -> str:
-        if self.proc.poll() is None:
-            return ""
-        return self.proc.stderr.read() if self.proc.stderr else ""
-
-    def stop(self, signum: int = signal.SIGTERM) -> tuple[int, list[str], str]:
-        self.proc.send_signal(signum)
-        rc = self.proc.wait(timeout=DEADLINE_S)
-        self.reader.join(DEADLINE_S)
-        rest = []
-        while (line := self.lines.get_nowait()) is not None:
-            rest.append(line)
-        return rc, rest, self.proc.stderr.read() if self.proc.stderr else ""
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=DEADLINE_S)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            if stream:
-                stream.close()
+        super().__init__([BACKLINE, "decoding-server", *args], "QEC_DECODING_SERVER_READY ", timeout=DEADLINE_S)
+        self.rings = {int(k[4:]): int(v) for k, v in self.fields.items() if k.startswith("ring")}
 
 
 class MiniClient:
