@@ -3,6 +3,7 @@
 #include "bind.h"
 
 #include <dlfcn.h>
+#include <backline/backline.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,36 @@ void qb_unbind(qb_bound *b) {
 void qb_unbind_list(qb_bound *list, uint32_t n) {
     for (uint32_t i = 0; list && i < n; i++) qb_unbind(&list[i]);
     free(list);
+}
+
+/* a u32 length and that many bytes at *p, advancing it past their padding to 4 bytes */
+static int take_padded(const uint8_t **p, const uint8_t *end, const uint8_t **bytes, uint32_t *len) {
+    if (qb_take_u32(p, end, len)) return -1;
+    size_t padded = ((size_t)*len + 3u) & ~(size_t)3u;
+    if ((size_t)(end - *p) < padded) return -1;
+    *bytes = *p;
+    *p += padded;
+    return 0;
+}
+
+int32_t qb_owner_init(const qb_owner_kind *kind, const void *params, size_t len, void **ctx) {
+    const uint8_t *p = params, *end = p + len, *blob = NULL;
+    uint32_t blob_len = 0, n = 0;
+    if (!p || !ctx || (kind->has_blob && take_padded(&p, end, &blob, &blob_len)))
+        return kind->set_err("%s", kind->truncated), BL_EINVAL;
+    char why[480];
+    qb_bound *list = qb_bind_list(&p, end, kind->max_n, &n, why, sizeof why);
+    if (!list) return kind->set_err("%s: %s", kind->list, why), BL_EINVAL;
+    qb_fn fns[QB_MAX_LIST] = {0};
+    void *ctxs[QB_MAX_LIST] = {0};
+    for (uint32_t i = 0; i < n; i++) fns[i] = list[i].fn, ctxs[i] = list[i].ctx;
+    void *owner = kind->build(blob, blob_len, fns, ctxs, n, list);
+    if (!owner) { /* the builder said why */
+        qb_unbind_list(list, n);
+        return BL_EINVAL;
+    }
+    *ctx = owner;
+    return 0;
 }
 
 int qb_core_open(qb_core *core, const char *libbackline, char *err, size_t err_len) {

@@ -34,6 +34,30 @@ qb_bound *qb_bind_list(const uint8_t **p, const uint8_t *end, uint32_t max_n, ui
 void qb_unbind(qb_bound *b);
 void qb_unbind_list(qb_bound *list, uint32_t n);
 
+/* The most inner functions an owner (below) may bind. */
+#define QB_MAX_LIST 255u
+
+/* Builds the owner of n bound functions, fns[i] with ctxs[i], and of a blob (a plan, a spec; NULL and
+ * 0 when its context has none); the owner keeps `bound` to unbind when it is freed. NULL on error,
+ * which the builder reports. */
+typedef void *(*qb_build_fn)(const uint8_t *blob, size_t blob_len, const qb_fn *fns, void *const *ctxs,
+                             uint32_t n, qb_bound *bound);
+
+/* A native function whose init binds its inner functions and builds their owner around them (the
+ * streaming engine, the window multiplexer, the CUDA-Q session). */
+typedef struct qb_owner_kind {
+    int has_blob;          /* its context starts with u32 blob bytes | blob (padded to 4 bytes) */
+    uint32_t max_n;        /* at most this many inner functions (at most QB_MAX_LIST) */
+    qb_build_fn build;
+    const char *truncated; /* the error when the context is missing or truncated */
+    const char *list;      /* what the inner functions are, before why they did not bind */
+    void (*set_err)(const char *fmt, ...); /* the owner's library's last error */
+} qb_owner_kind;
+
+/* The kind's bl_fn_init: its context is [the blob] then a list of inner functions (qb_bind_list),
+ * and its owner goes to *ctx. 0, or BL_EINVAL with nothing bound and the error set. */
+int32_t qb_owner_init(const qb_owner_kind *kind, const void *params, size_t len, void **ctx);
+
 /* The core's round API, taken from libbackline already loaded in this process (by its path, as
  * backline_core.get_library() gives it), for a native controller loop. */
 typedef struct qb_core {

@@ -159,8 +159,9 @@ static int parse_decoder(const uint8_t **p, const uint8_t *end, cq_decoder *d, u
     return 0;
 }
 
-cq_session *cq_session_create(const uint8_t *spec, size_t spec_len, const qs_fn *fns, void *const *ctxs,
-                              uint32_t n) {
+/* cq_session_create, the session then owning `bound` (what cq_session_init bound; NULL: none) */
+static void *session_new(const uint8_t *spec, size_t spec_len, const qs_fn *fns, void *const *ctxs, uint32_t n,
+                         qb_bound *bound) {
     const uint8_t *p = spec, *end = spec + spec_len;
     if (!spec || spec_len < 16 || rd32(p) != CQ_MAGIC || rd32(p + 4) != CQ_VERSION)
         return set_err("not a CUQR session spec of version %u", CQ_VERSION), NULL;
@@ -195,42 +196,24 @@ cq_session *cq_session_create(const uint8_t *spec, size_t spec_len, const qs_fn 
         set_err("%zu bytes follow the spec", (size_t)(end - p));
         goto fail;
     }
+    s->bound = bound;
     return s;
 fail:
     cq_session_free(s);
     return NULL;
 }
 
+cq_session *cq_session_create(const uint8_t *spec, size_t spec_len, const qs_fn *fns, void *const *ctxs,
+                              uint32_t n) {
+    return session_new(spec, spec_len, fns, ctxs, n, NULL);
+}
+
+static const qb_owner_kind session_kind = {.has_blob = 1, .max_n = CUQR_MAX_DECODERS, .build = session_new,
+                                            .set_err = set_err, .truncated = "the session's context is truncated",
+                                            .list = "the session's decoders"};
+
 int32_t cq_session_init(const void *params, size_t len, void **ctx) {
-    const uint8_t *p = params, *end = p + len;
-    uint32_t spec_len = 0, n = 0;
-    if (!p || !ctx || qb_take_u32(&p, end, &spec_len) || (size_t)(end - p) < spec_len) {
-        set_err("the session's context is truncated");
-        return BL_EINVAL;
-    }
-    const uint8_t *spec = p;
-    if ((size_t)(end - p) < ((spec_len + 3u) & ~3u)) {
-        set_err("the session's context is truncated");
-        return BL_EINVAL;
-    }
-    p += (spec_len + 3u) & ~3u;
-    char why[480];
-    qb_bound *bound = qb_bind_list(&p, end, CUQR_MAX_DECODERS, &n, why, sizeof why);
-    if (!bound) {
-        set_err("the session's decoders: %s", why);
-        return BL_EINVAL;
-    }
-    qs_fn fns[CUQR_MAX_DECODERS] = {0};
-    void *ctxs[CUQR_MAX_DECODERS] = {0};
-    for (uint32_t i = 0; i < n; i++) fns[i] = (qs_fn)bound[i].fn, ctxs[i] = bound[i].ctx;
-    cq_session *s = cq_session_create(spec, spec_len, fns, ctxs, n);
-    if (!s) {
-        qb_unbind_list(bound, n);
-        return BL_EINVAL;
-    }
-    s->bound = bound;
-    *ctx = s;
-    return 0;
+    return qb_owner_init(&session_kind, params, len, ctx);
 }
 
 void cq_session_fini(void *ctx) { cq_session_free(ctx); }

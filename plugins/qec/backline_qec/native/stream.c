@@ -100,8 +100,9 @@ struct qs_engine {
     uint32_t next_round, next_window;
 };
 
-qs_engine *qs_engine_create(const uint8_t *plan, size_t plan_len, const qs_fn *fns, void *const *ctxs,
-                            uint32_t shapes) {
+/* qs_engine_create, the engine then owning `bound` (what qs_engine_init bound; NULL: none) */
+static void *engine_new(const uint8_t *plan, size_t plan_len, const qs_fn *fns, void *const *ctxs, uint32_t shapes,
+                        qb_bound *bound) {
     qs_engine *e = calloc(1, sizeof *e);
     if (!e) return set_err("out of memory"), NULL;
     e->blob = malloc(plan_len + 4);
@@ -126,12 +127,18 @@ qs_engine *qs_engine_create(const uint8_t *plan, size_t plan_len, const qs_fn *f
         }
         e->fns[s] = fns[s], e->ctxs[s] = ctxs ? ctxs[s] : NULL;
     }
+    e->bound = bound;
     return e;
 oom:
     set_err("out of memory");
 fail:
     qs_engine_free(e);
     return NULL;
+}
+
+qs_engine *qs_engine_create(const uint8_t *plan, size_t plan_len, const qs_fn *fns, void *const *ctxs,
+                            uint32_t shapes) {
+    return engine_new(plan, plan_len, fns, ctxs, shapes, NULL);
 }
 
 void qs_engine_free(qs_engine *e) {
@@ -141,36 +148,11 @@ void qs_engine_free(qs_engine *e) {
     free(e);
 }
 
+static const qb_owner_kind engine_kind = {.has_blob = 1, .max_n = 255u, .build = engine_new, .set_err = set_err,
+                                           .truncated = "the engine's context is truncated", .list = "window decoders"};
+
 int32_t qs_engine_init(const void *params, size_t len, void **ctx) {
-    const uint8_t *p = params, *end = p + len;
-    uint32_t plan_len = 0, shapes = 0;
-    if (!p || !ctx || qb_take_u32(&p, end, &plan_len) || (size_t)(end - p) < plan_len) {
-        set_err("the engine's context is truncated");
-        return BL_EINVAL;
-    }
-    const uint8_t *plan = p;
-    p += (plan_len + 3u) & ~3u;
-    if (p > end) {
-        set_err("the engine's context is truncated");
-        return BL_EINVAL;
-    }
-    char why[480];
-    qb_bound *bound = qb_bind_list(&p, end, 255u, &shapes, why, sizeof why);
-    if (!bound) {
-        set_err("window decoders: %s", why);
-        return BL_EINVAL;
-    }
-    qs_fn fns[255] = {0};
-    void *ctxs[255] = {0};
-    for (uint32_t s = 0; s < shapes; s++) fns[s] = (qs_fn)bound[s].fn, ctxs[s] = bound[s].ctx;
-    qs_engine *e = qs_engine_create(plan, plan_len, fns, ctxs, shapes);
-    if (!e) {
-        qb_unbind_list(bound, shapes);
-        return BL_EINVAL;
-    }
-    e->bound = bound;
-    *ctx = e;
-    return 0;
+    return qb_owner_init(&engine_kind, params, len, ctx);
 }
 
 void qs_engine_fini(void *ctx) { qs_engine_free(ctx); }
@@ -338,13 +320,20 @@ struct qs_mux {
     qb_bound *bound; /* what qs_mux_init bound (NULL when built from Python) */
 };
 
-qs_mux *qs_mux_create(const qs_fn *fns, void *const *ctxs, uint32_t shapes) {
+/* qs_mux_create, the multiplexer then owning `bound` (what qs_mux_init bound; NULL: none); it has no blob */
+static void *mux_new(const uint8_t *blob, size_t blob_len, const qs_fn *fns, void *const *ctxs, uint32_t shapes,
+                     qb_bound *bound) {
     if (!fns || !ctxs || !shapes || shapes > 255u) return set_err("1 to 255 window decoders, got %u", shapes), NULL;
     qs_mux *m = calloc(1, sizeof *m);
     if (!m) return set_err("out of memory"), NULL;
     m->shapes = shapes;
     for (uint32_t s = 0; s < shapes; s++) m->fns[s] = fns[s], m->ctxs[s] = ctxs[s];
+    m->bound = bound;
     return m;
+}
+
+qs_mux *qs_mux_create(const qs_fn *fns, void *const *ctxs, uint32_t shapes) {
+    return mux_new(NULL, 0, fns, ctxs, shapes, NULL);
 }
 
 void qs_mux_free(qs_mux *m) {
@@ -353,25 +342,11 @@ void qs_mux_free(qs_mux *m) {
     free(m);
 }
 
-int32_t qs_mux_init(const void *params, size_t len, void **ctx) {
-    const uint8_t *p = params, *end = p + len;
-    uint32_t shapes = 0;
-    char why[480];
-    if (!p || !ctx) return set_err("the window decoders' context is missing"), BL_EINVAL;
-    qb_bound *bound = qb_bind_list(&p, end, 255u, &shapes, why, sizeof why);
-    if (!bound) return set_err("window decoders: %s", why), BL_EINVAL;
-    qs_fn fns[255] = {0};
-    void *ctxs[255] = {0};
-    for (uint32_t s = 0; s < shapes; s++) fns[s] = (qs_fn)bound[s].fn, ctxs[s] = bound[s].ctx;
-    qs_mux *m = qs_mux_create(fns, ctxs, shapes);
-    if (!m) {
-        qb_unbind_list(bound, shapes);
-        return BL_EINVAL;
-    }
-    m->bound = bound;
-    *ctx = m;
-    return 0;
-}
+static const qb_owner_kind mux_kind = {.has_blob = 0, .max_n = 255u, .build = mux_new, .set_err = set_err,
+                                        .truncated = "the window decoders' context is missing",
+                                        .list = "window decoders"};
+
+int32_t qs_mux_init(const void *params, size_t len, void **ctx) { return qb_owner_init(&mux_kind, params, len, ctx); }
 
 void qs_mux_fini(void *ctx) { qs_mux_free(ctx); }
 
