@@ -169,6 +169,15 @@ def plot(result: Any, path: str) -> None:
     plt.close(fig)
 
 
+def _write_outputs(args: argparse.Namespace, predictions: np.ndarray, report: dict[str, Any]) -> None:
+    """The stream's --predictions (b8) and --json report, where they are asked for."""
+    if args.predictions:
+        write_b8(args.predictions, predictions)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=2)
+
+
 def _cmd_stream(args: argparse.Namespace) -> int:
     from backline_core import Placement
 
@@ -245,29 +254,13 @@ def _cmd_stream(args: argparse.Namespace) -> int:
                     escalate_params=escalate_params, patches=args.patches,
                     admission=None if args.admission is None else args.admission == "on", **params)
     report = result.to_json()
-    if pool:
-        if args.predictions:  # patch 0's shots, then patch 1's, ...: the order of --detectors
-            write_b8(args.predictions, result.predictions.reshape(-1, result.predictions.shape[-1]))
-        if args.json:
-            with open(args.json, "w") as fh:
-                json.dump(report, fh, indent=2)
+    if pool:  # patch 0's shots, then patch 1's, ...: the order of --detectors
+        _write_outputs(args, result.predictions.reshape(-1, result.predictions.shape[-1]), report)
         print(pool_summary_text(report))
         return 0
-    if args.escalate_to is not None:
-        if args.predictions:
-            write_b8(args.predictions, result.predictions)
-        if args.json:
-            with open(args.json, "w") as fh:
-                json.dump(report, fh, indent=2)
-        print(tiered_summary_text(report))
-        return 0
-    if args.parallel_windows:
-        if args.predictions:
-            write_b8(args.predictions, result.predictions)
-        if args.json:
-            with open(args.json, "w") as fh:
-                json.dump(report, fh, indent=2)
-        print(parallel_summary_text(report))
+    if args.escalate_to is not None or args.parallel_windows:
+        _write_outputs(args, result.predictions, report)
+        print((tiered_summary_text if args.escalate_to is not None else parallel_summary_text)(report))
         return 0
     from .stream import MIN_PACED_CYCLE_NS
 
@@ -275,11 +268,7 @@ def _cmd_stream(args: argparse.Namespace) -> int:
         print(f"backline qec stream: warning: a {args.cycle_us:g} us cycle is shorter than busy-wait pacing holds "
               f"(about {MIN_PACED_CYCLE_NS} ns); the rounds came every {report['achieved_cycle_ns'] / 1e3:.3f} us",
               file=sys.stderr)
-    if args.predictions:
-        write_b8(args.predictions, result.predictions)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=2)
+    _write_outputs(args, result.predictions, report)
     if args.plot:
         plot(result, args.plot)
     print(summary_text(report))

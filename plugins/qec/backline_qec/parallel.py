@@ -31,6 +31,7 @@ import numpy as np
 
 from backline_core import BacklineError, DeadlineError, Deployment
 
+from .report import LogicalErrorRate, quantiles
 from .windows import ParallelWindowDecoder
 
 #: extra seconds past a round's deadline before the dispatcher gives up on hearing from any worker
@@ -38,7 +39,7 @@ GRACE_S = 5.0
 
 
 @dataclass
-class ParallelStreamResult:
+class ParallelStreamResult(LogicalErrorRate):
     """What a parallel-windows stream measured; :meth:`to_json` gives the report."""
 
     shots: int
@@ -60,20 +61,14 @@ class ParallelStreamResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def ler(self) -> float | None:
-        return None if self.logical_errors is None else self.logical_errors / self.shots
-
-    @property
     def windows_per_s(self) -> float:
         return float(self.window_latency_ns.size / self.dispatch_s) if self.dispatch_s > 0 else float("nan")
 
     def to_json(self) -> dict[str, Any]:
-        from .stream import _wilson, quantiles
-
         counts = np.bincount(self.window_worker.ravel(), minlength=len(self.workers))
         out = {
             "shots": self.shots, "rounds": self.rounds, "windows_per_shot": self.windows_per_shot,
-            "logical_errors": self.logical_errors, "ler": self.ler, "ler_ci95": _wilson(self.logical_errors, self.shots),
+            **self.ler_json(),
             "latency_ns": quantiles(self.window_latency_ns, "p50", "p90", "p99", "p999", "max"),
             "workers": len(self.workers),
             "windows_per_worker": {name: int(n) for name, n in zip(self.workers, counts)},
@@ -122,7 +117,7 @@ class _Jobs:
             self.cond.notify_all()
 
 
-def _worker(index: int, session: Any, jobs: _Jobs, results: queue.Queue[Any]) -> None:
+def _worker(index: int, session: Any, jobs: _Jobs, results: queue.Queue[Any], busy: list[int | None]) -> None:
     while True:
         job = jobs.pop(0.05)
         if job is None:
@@ -131,11 +126,14 @@ def _worker(index: int, session: Any, jobs: _Jobs, results: queue.Queue[Any]) ->
             continue
         key, tag, decoder_id, payload = job
         t0 = time.perf_counter_ns()
+        busy[index] = t0
         try:
             reply = session.round(payload, decoder_id=decoder_id)
         except Exception as exc:  # noqa: BLE001 -- any failure retires this worker; the window goes elsewhere
             results.put((index, job, exc, t0, 0))
             return
+        finally:
+            busy[index] = None
         t1 = time.perf_counter_ns()
         results.put((index, job, reply, t0, t1))
 
@@ -169,7 +167,10 @@ class WorkerPool:
         self.deployment, self.workers, self.round_timeout_s = deployment, workers, round_timeout_s
         self.jobs, self.results = _Jobs(), queue.Queue()
         self.sessions = [deployment.session(name) for name in workers]
-        self.threads = [threading.Thread(target=_worker, args=(i, self.sessions[i], self.jobs, self.results),
+        #: each worker's round in progress: its start (``time.perf_counter_ns``), ``None`` when idle
+        self.busy_since: list[int | None] = [None] * len(workers)
+        self.threads = [threading.Thread(target=_worker, args=(i, self.sessions[i], self.jobs, self.results,
+                                                               self.busy_since),
                                          daemon=True, name=f"backline-qec-{name}") for i, name in enumerate(workers)]
         self.failures: list[dict[str, Any]] = []
         self.retired: list[int] = []

@@ -12,11 +12,14 @@ per round is then the shortest sustainable cycle).
 
 Eligible windows of all patches go to the idle workers (the dispatch machinery of parallel windows,
 :class:`~backline_qec.parallel.WorkerPool`) earliest deadline first. With admission control a window
-whose deadline cannot be met even if started now (the running p90 of the measured window round
-trips exceeds the time left) is counted as a deadline miss and reported at admission; it is still
-decoded, after every admitted window waiting (never dropped: the predictions stay complete). Without
-admission control every eligible window joins the deadline queue, and a window is a miss when it
-completes after its deadline. The controller is this Python thread; pacing is virtual (each round's
+whose predicted completion is after its deadline (:func:`predict_completion`: the busy workers'
+remaining rounds, then the admitted windows queued ahead of it, then its own, each taking the median
+of the recent window round trips) is *shed*: counted as a deadline miss at admission
+(``rejected_at_admission``), sent to no worker, and committed with no correction (it hands nothing on,
+so the shot's prediction lacks what that window would have corrected, and the LER shows the cost).
+Shed windows cost no worker time, so the backlog stays bounded below the sustainable cycle, as in
+DART-Q. Without admission control every eligible window joins the deadline queue and is decoded, and
+a window is a miss when it completes after its deadline. The controller is this Python thread; pacing is virtual (each round's
 arrival time is computed on ``time.perf_counter_ns``, a monotonic clock, and the controller waits
 for the next arrival or a reply, whichever comes first).
 """
@@ -24,7 +27,9 @@ for the next arrival or a reply, whichever comes first).
 from __future__ import annotations
 
 import collections
+import heapq
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,12 +40,12 @@ from backline_core import BacklineError, Deployment
 from .parallel import GRACE_S, WorkerPool
 from .windows import SlidingWindowDecoder
 
-#: the measured window round trips the admission estimate (their p90) is taken over
+#: the measured window round trips the admission estimate (their median) is taken over
 ESTIMATE_WINDOWS = 256
 #: warm-up rounds per worker and window shape before the stream (not counted); the last seeds the estimate
 WARMUP_ROUNDS = 2
-#: the deadline queue's lanes: admitted windows go first, those rejected at admission after them
-ADMITTED, REJECTED = 0, 1
+#: the deadline queue's key is (ADMITTED, deadline, patch): one lane, earliest deadline first
+ADMITTED = 0
 
 
 @dataclass
@@ -65,6 +70,9 @@ class PoolStreamResult:
     max_queue: int
     max_backlog: int
     estimate_ns: float
+    predicted_late: np.ndarray  # (patches, shots, windows): predicted at admission to complete after its deadline
+    late_done: np.ndarray  # (patches, shots, windows): answered after its deadline, rejected or not
+    prediction_error_ns: np.ndarray  # answer minus predicted answer time, each window not rejected
     dispatch_s: float
     placement: dict[str, Any]
     decoder: dict[str, Any]
@@ -87,7 +95,7 @@ class PoolStreamResult:
         errors = self.logical_errors
         total = None if errors is None else int(sum(errors))
         n = self.patches * self.shots
-        counts = np.bincount(self.window_worker.ravel(), minlength=len(self.workers))
+        counts = np.bincount(self.window_worker[self.window_worker >= 0], minlength=len(self.workers))  # shed: -1
         out = {
             "patches": self.patches, "shots": self.shots, "rounds": self.rounds,
             "windows_per_shot": self.windows_per_shot, "windows": int(self.window_worker.size),
@@ -96,8 +104,9 @@ class PoolStreamResult:
                            "ler": None if errors is None else errors[k] / self.shots,
                            "deadline_misses": int(self.missed[k].sum()),
                            "rejected_at_admission": int(self.rejected[k].sum())} for k in range(self.patches)],
-            "latency_ns": quantiles(self.window_latency_ns, *keys),
-            "response_ns": quantiles(self.response_ns, *keys),
+            # over the windows decoded: a shed window has no round trip and no reply
+            "latency_ns": quantiles(self.window_latency_ns[self.window_worker >= 0], *keys),
+            "response_ns": quantiles(self.response_ns[self.window_worker >= 0], *keys),
             "workers": len(self.workers),
             "windows_per_worker": {name: int(c) for name, c in zip(self.workers, counts)},
             "cycle_ns": self.cycle_ns, "admission": self.admission,
@@ -105,6 +114,12 @@ class PoolStreamResult:
             "late_completions": self.deadline_misses - self.rejected_at_admission,
             "max_queue": self.max_queue, "max_backlog": self.max_backlog,
             "estimate_ns": self.estimate_ns,
+            # the rule's record, kept with admission off too: what it would have rejected, and how many of those
+            # were answered in time all the same (with admission on they are shed: none is answered)
+            "predicted_late": int(self.predicted_late.sum()),
+            "predicted_late_met_deadline": int((self.predicted_late & ~self.late_done).sum()),
+            "prediction_error_ns": quantiles(self.prediction_error_ns, "p50", "p90") if self.prediction_error_ns.size
+            else None,
             # at cycle 0 every round is there at once: the dispatch time per round is the shortest sustainable cycle
             "sustainable_cycle_ns": self.dispatch_s * 1e9 / (self.shots * self.rounds) if not self.cycle_ns else None,
             "worker_failures": self.worker_failures,
@@ -117,15 +132,29 @@ class PoolStreamResult:
 
 
 class _Estimate:
-    """The p90 of the last :data:`ESTIMATE_WINDOWS` window round trips."""
+    """The median of the last :data:`ESTIMATE_WINDOWS` window round trips."""
 
     def __init__(self) -> None:
         self.values: collections.deque[int] = collections.deque(maxlen=ESTIMATE_WINDOWS)
-        self.p90 = 0.0
+        self.ns = 0.0
 
     def add(self, ns: int) -> None:
         self.values.append(ns)
-        self.p90 = float(np.percentile(np.fromiter(self.values, np.float64), 90.0))
+        # the median: central (the p90 rejected windows that would have fitted) and unmoved by the odd
+        # preempted round trip of a shared CPU, which would lift a mean for the next 256 windows
+        self.ns = float(np.median(np.fromiter(self.values, np.float64)))
+
+
+def predict_completion(now: int, service_ns: float, busy_since: Sequence[int | None], ahead: int) -> float:
+    """When a window admitted at ``now`` completes if every round trip takes ``service_ns``: each live
+    worker frees up when its round in progress (started at ``busy_since``, ``None`` if idle) has run
+    ``service_ns``, or now if it has already; the ``ahead`` windows queued before this one go one at a
+    time to the worker free first, then this one."""
+    free = [float(now) if t is None else max(float(now), t + service_ns) for t in busy_since]
+    heapq.heapify(free)
+    for _ in range(ahead):
+        heapq.heapreplace(free, free[0] + service_ns)
+    return free[0] + service_ns
 
 
 def dispatch_pool(sw: SlidingWindowDecoder, dets: np.ndarray, deployment: Deployment, workers: list[str], *,
@@ -140,12 +169,15 @@ def dispatch_pool(sw: SlidingWindowDecoder, dets: np.ndarray, deployment: Deploy
     latency, response = np.zeros(shape3, np.uint64), np.zeros(shape3, np.uint64)
     by = np.full(shape3, -1, dtype=np.int64)
     rejected, missed = np.zeros(shape3, bool), np.zeros(shape3, bool)
+    # the admission rule's prediction, made with admission off too (so its false alarms can be counted)
+    predicted, late_done = np.full(shape3, np.nan), np.zeros(shape3, bool)
     widths = [num_obs + len(m.handed_on) for m in models]
     # window i = shot * num_windows + j of a patch is ready at the stream's round ready_round[i]
     ready_round = np.array([s * rounds + m.window.end - 1 for s in range(shots) for m in models], dtype=np.int64)
     commit_rounds = [m.window.commit_end - m.window.start for m in models]
     total = patches * shots * num_windows
     estimate = _Estimate()
+    error: list[float] = []  # completion minus predicted completion, windows not rejected (none at cycle 0)
     pool = WorkerPool(deployment, workers, round_timeout_s=round_timeout_s)
     # warm-up: each worker decodes each window shape (an empty syndrome) before the stream; the last
     # round of each seeds the admission estimate, so the first windows are judged on a measurement too
@@ -178,14 +210,27 @@ def dispatch_pool(sw: SlidingWindowDecoder, dets: np.ndarray, deployment: Deploy
                     continue
                 s, j = divmod(i, num_windows)
                 due = ready + commit_rounds[j] * cycle_ns
-                late = admission and cycle_ns > 0 and now + estimate.p90 > due
+                key = (ADMITTED, due, p)
+                if cycle_ns:  # ahead: the admitted windows queued with an earlier deadline (or a lower patch, tied)
+                    live = [t for w, t in enumerate(pool.busy_since) if w not in pool.retired]
+                    predicted[p, s, j] = predict_completion(now, estimate.ns, live,
+                                                            pool.jobs.count(lambda k, key=key: k < key))
+                late = admission and bool(predicted[p, s, j] > due)
                 rejected[p, s, j] = missed[p, s, j] = late
                 ready_at[p, s, j], deadline[p, s, j] = ready, due
-                pool.push((REJECTED if late else ADMITTED, due, p), (p, s, j), sw.shape[j],
+                last_event = now
+                if late:
+                    # shed: no worker's time goes to a window that would be late (so the backlog stays bounded);
+                    # it commits no correction and hands nothing on, and the report counts it
+                    next_window[p] += 1
+                    done += 1
+                    continue
+                pool.push(key, (p, s, j), sw.shape[j],
                           np.packbits(work[p, s, models[j].detectors], bitorder="little").tobytes())
                 inflight[p] = True
-                last_event = now
-            max_queue = max(max_queue, pool.jobs.count(lambda key: key[0] == ADMITTED))
+            if done >= total:  # the last windows were shed
+                break
+            max_queue = max(max_queue, pool.jobs.count(lambda key: True))
             arrived = (len(ready_round) if cycle_ns == 0
                        else int(np.searchsorted(ready_round, (now - t0) // cycle_ns, side="right")))
             max_backlog = max(max_backlog, patches * arrived - done)
@@ -211,7 +256,9 @@ def dispatch_pool(sw: SlidingWindowDecoder, dets: np.ndarray, deployment: Deploy
             by[p, s, j], latency[p, s, j] = got.worker, got.rtt_ns
             response[p, s, j] = max(0, got.done_ns - ready_at[p, s, j])
             if cycle_ns and got.done_ns > deadline[p, s, j]:
-                missed[p, s, j] = True  # a rejected window was counted at admission already
+                missed[p, s, j] = late_done[p, s, j] = True  # a rejected window was counted at admission already
+            if cycle_ns:
+                error.append(got.done_ns - predicted[p, s, j])
             estimate.add(got.rtt_ns)
             inflight[p] = False
             next_window[p] += 1
@@ -219,4 +266,5 @@ def dispatch_pool(sw: SlidingWindowDecoder, dets: np.ndarray, deployment: Deploy
         elapsed = (time.perf_counter_ns() - t0) / 1e9
     return {"predictions": pred, "latency": latency, "response": response, "by": by, "rejected": rejected,
             "missed": missed, "failures": pool.failures, "max_queue": max_queue, "max_backlog": max_backlog,
-            "estimate_ns": estimate.p90, "elapsed": elapsed}
+            "estimate_ns": estimate.ns, "elapsed": elapsed, "predicted_late": predicted > deadline,
+            "late_done": late_done, "prediction_error_ns": np.array(error)}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -27,11 +26,24 @@ from .engine import Engine, encode_plan, engine_function, window_function
 from .native import ffi, lib
 from .parallel import ParallelStreamResult, dispatch
 from .pool import PoolStreamResult, dispatch_pool
+from .report import LogicalErrorRate, quantiles
+from .report import wilson as _wilson  # noqa: F401 -- pool.py and the tests take it from here
 from .tiered import NOT_CONVERGED, TieredStreamResult, TieredWindowDecoder, dispatch_tiered, parse_escalate_when
 from .windows import ParallelWindowDecoder, SlidingWindowDecoder
 
 #: the name of the coprocessor that decodes, where stream() makes the placement
 COPROCESSOR = "decoder"
+
+
+def node_name(base: str) -> str:
+    """The name of a coprocessor stream() places itself: ``BASE-PID``, since a host-local transport
+    (memcpy) finds a coprocessor by its name on this host, and two streams may run here at once."""
+    return f"{base}-{os.getpid()}"
+
+
+def worker_name(i: int) -> str:
+    """The name of parallel-window or pool worker ``i`` when stream() places the workers."""
+    return node_name(f"worker-{i}")
 #: where a networked transport's coprocessor listens when stream() makes the placement
 LOOPBACK = "127.0.0.1"
 #: the shortest cycle busy-wait pacing on CLOCK_MONOTONIC holds here (a clock read costs tens of ns)
@@ -39,7 +51,7 @@ MIN_PACED_CYCLE_NS = 100
 
 
 @dataclass
-class StreamResult:
+class StreamResult(LogicalErrorRate):
     """What a stream measured (docs/streaming.md, "What it reports"); :meth:`to_json` gives the report."""
 
     shots: int
@@ -63,10 +75,6 @@ class StreamResult:
     def window_latency_ns(self) -> np.ndarray:
         """Each window's round trip as the controller sees it, (shots, windows)."""
         return self.rtt_ns[:, self.window_rounds]
-
-    @property
-    def ler(self) -> float | None:
-        return None if self.logical_errors is None else self.logical_errors / self.shots
 
     def deadline_misses(self) -> int:
         """Windows whose decode took longer than their commit rounds take to arrive (cycle > 0)."""
@@ -100,7 +108,7 @@ class StreamResult:
         pending = (np.floor(self.lag_ns / self.cycle_ns).astype(np.int64) + 1) if self.cycle_ns else None
         out = {
             "shots": self.shots, "rounds": self.rounds, "windows_per_shot": self.windows_per_shot,
-            "logical_errors": self.logical_errors, "ler": self.ler, "ler_ci95": _wilson(self.logical_errors, self.shots),
+            **self.ler_json(),
             "latency_ns": lat, "reaction_ns": react,
             "backlog": {"max_pending_rounds": int(pending.max()) if pending is not None else None,
                         "final_drain_ns": int(self.reaction_ns[-1])},
@@ -117,26 +125,6 @@ class StreamResult:
         return out
 
     _wrong: np.ndarray = field(default_factory=lambda: np.zeros(0, bool), repr=False)
-
-
-_QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9, "max": 100.0}
-
-
-def quantiles(values: Any, *keys: str) -> dict[str, float]:
-    """The named quantiles of ``values`` (``p50``, ``p90``, ``p99``, ``p999``, ``max``), in their unit."""
-    x = np.asarray(values, dtype=np.float64).ravel()
-    if x.size == 0:
-        return {k: float("nan") for k in keys}
-    return {k: float(v) for k, v in zip(keys, np.percentile(x, [_QUANTILES[k] for k in keys]))}
-
-
-def _wilson(errors: int | None, n: int) -> list[float] | None:
-    if errors is None or n == 0:
-        return None
-    z, p = 1.959963984540054, errors / n
-    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    # at 0 (or n) errors the bound is exactly 0 (or 1); the formula leaves rounding residue there
-    return [0.0 if errors == 0 else max(0.0, centre - half), 1.0 if errors == n else min(1.0, centre + half)]
 
 
 @contextlib.contextmanager
@@ -296,7 +284,7 @@ def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int 
             coprocessor_args["cpu"] = coprocessor_cpu
         placement = Placement(controller=Controller(init_args=dict(transport_args or {})), transport=transport,
                               coprocessors=[
-            Coprocessor(name=COPROCESSOR, coprocessor_fn=engine_fn, runs_in=runs_in, endpoint=endpoint,
+            Coprocessor(name=node_name(COPROCESSOR), coprocessor_fn=engine_fn, runs_in=runs_in, endpoint=endpoint,
                         executor=executor, init_args=coprocessor_args)])
     else:
         if coprocessor_cpu is not None:
@@ -390,7 +378,7 @@ def worker_placement(fn: Any, decoder: str, *, placement: Placement | None, work
         for i in range(workers or DEFAULT_WORKERS):
             endpoint = Endpoint(host=LOOPBACK, port=free_port(LOOPBACK)) if needs_endpoint else None
             executor = stack.enter_context(local_executor()) if runs_in == "executor" else None
-            nodes.append(Coprocessor(name=f"worker-{i}", coprocessor_fn=fn, runs_in=runs_in, endpoint=endpoint,
+            nodes.append(Coprocessor(name=worker_name(i), coprocessor_fn=fn, runs_in=runs_in, endpoint=endpoint,
                                      executor=executor, init_args=dict(transport_args or {})))
         placement = Placement(controller=Controller(init_args=controller_args), transport=transport, coprocessors=nodes)
     else:
@@ -521,7 +509,7 @@ def _stream_tiered(circuit: stim.Circuit, decoder: str, auxiliary: str, *, shots
         if round_timeout_ms is not None:
             controller_args["timeout_ms"] = round_timeout_ms
         placements.append(Placement(controller=Controller(init_args=controller_args), transport=kind, coprocessors=[
-            Coprocessor(name=name, coprocessor_fn=fn, runs_in=where, endpoint=endpoint, executor=executor,
+            Coprocessor(name=node_name(name), coprocessor_fn=fn, runs_in=where, endpoint=endpoint, executor=executor,
                         init_args=args)]))
     in_bytes = max((len(m.detectors) + 7) // 8 for m in tw.models)
     out_bytes = max((tw.reply_width(k, tier) + 7) // 8 for k in range(len(tw.models)) for tier in (0, 1))
@@ -603,7 +591,8 @@ def _stream_pool(circuit: stim.Circuit, decoder: str, patches: int, *, shots: in
         t1 = time.perf_counter()
         ref = sw.decode_batch(dets.reshape(-1, sw.num_detectors)).reshape(flips.shape)
         ref_s = time.perf_counter() - t1
-        if not (ref == flips).all():
+        whole = ~ran["rejected"].any(axis=2)  # a shot with a shed window lacks its correction, by design
+        if not (ref[whole] == flips[whole]).all():
             raise BacklineError("the pool's predictions differ from the same sliding windows decoded in this process")
     errors = None if obs is None else [int(v) for v in (flips != obs).any(axis=2).sum(axis=1)]
     node = placement.coprocessors[0]

@@ -31,6 +31,7 @@ import stim
 
 from backline_core import InvalidArgumentError
 
+from .report import LogicalErrorRate, quantiles
 from .windows import SlidingWindowDecoder
 
 #: the escalation criterion: the primary's estimate does not explain the window's detection events
@@ -171,7 +172,7 @@ def dispatch_tiered(tw: TieredWindowDecoder, dets: np.ndarray, sessions: tuple[A
 
 
 @dataclass
-class TieredStreamResult:
+class TieredStreamResult(LogicalErrorRate):
     """What a tiered stream measured; :meth:`to_json` gives the report."""
 
     shots: int
@@ -193,16 +194,10 @@ class TieredStreamResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def ler(self) -> float | None:
-        return None if self.logical_errors is None else self.logical_errors / self.shots
-
-    @property
     def escalated_fraction(self) -> float:
         return float(self.escalated.mean()) if self.escalated.size else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        from .stream import _wilson, quantiles
-
         keys = ("p50", "p90", "p99", "p999", "max")
         tiers = {}
         for tier, name in enumerate(("primary", "auxiliary")):
@@ -211,7 +206,7 @@ class TieredStreamResult:
                            "windows": int(mask.sum()), "latency_ns": quantiles(self.tier_latency_ns[tier][mask], *keys)}
         out = {
             "shots": self.shots, "rounds": self.rounds, "windows_per_shot": self.windows_per_shot,
-            "logical_errors": self.logical_errors, "ler": self.ler, "ler_ci95": _wilson(self.logical_errors, self.shots),
+            **self.ler_json(),
             "latency_ns": quantiles(self.window_latency_ns, *keys),
             "latency_escalated_ns": quantiles(self.window_latency_ns[self.escalated], *keys),
             "latency_not_escalated_ns": quantiles(self.window_latency_ns[~self.escalated], *keys),

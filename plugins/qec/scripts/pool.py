@@ -7,7 +7,7 @@ just above and just below the sustainable one.
 Rotated surface code (stim's generated circuit, p on every channel), sliding windows of 2d rounds
 committing d. The sustainable cycle is measured first on the same workers: the pool at cycle 0
 (every round there at once, no deadlines), its dispatch time divided by the stream's rounds. Then
-each factor x that cycle, with admission control on and off, on the same shots. Each run is
+each factor x that cycle, with admission control on (late windows shed) and off, on the same shots. Each run is
 ``backline qec stream --patches K --workers N --cycle-us T`` through its API (memcpy, workers in
 processes).
 """
@@ -50,16 +50,20 @@ def main() -> None:
     print(f"sustainable cycle (cycle 0: dispatch time per round) {sustainable_us:.1f} us; window p50 "
           f"{base['latency_ns']['p50'] / 1e3:.0f} us; LER per patch "
           f"{', '.join(format(p['ler'], '.3f') for p in base['per_patch'])}")
-    print(f"{'cycle us':>9} {'x':>5} {'admission':>9} {'misses':>7} {'rejected':>8} {'late':>5} {'max_queue':>9} "
-          f"{'max_backlog':>11} {'resp p50 us':>11} {'resp p99 us':>11} {'p90 est us':>10}")
+    print(f"{'cycle us':>9} {'x':>5} {'admission':>9} {'misses':>7} {'shed':>8} {'late':>5} {'max_queue':>9} "
+          f"{'max_backlog':>11} {'resp p50 us':>11} {'resp p99 us':>11} {'median us':>9} {'pred late':>9} "
+          f"{'of which in time':>16} {'err p50/p90 us':>14} {'LER':>6}")
     for factor in args.factors:
         cycle = sustainable_us * factor
         for admission in (True, False):
             r = stream(c, args.decoder, cycle_us=cycle, admission=admission, **common).to_json()
+            e = r["prediction_error_ns"]  # answer minus predicted answer, the windows decoded
+            err = "-" if e is None else f"{e['p50'] / 1e3:.0f}/{e['p90'] / 1e3:.0f}"
             print(f"{cycle:>9.1f} {factor:>5.2f} {'on' if admission else 'off':>9} {r['deadline_misses']:>7} "
                   f"{r['rejected_at_admission']:>8} {r['late_completions']:>5} {r['max_queue']:>9} "
                   f"{r['max_backlog']:>11} {r['response_ns']['p50'] / 1e3:>11.0f} "
-                  f"{r['response_ns']['p99'] / 1e3:>11.0f} {r['estimate_ns'] / 1e3:>10.0f}", flush=True)
+                  f"{r['response_ns']['p99'] / 1e3:>11.0f} {r['estimate_ns'] / 1e3:>9.0f} {r['predicted_late']:>9} "
+                  f"{r['predicted_late_met_deadline']:>16} {err:>14} {r['ler']:>6.3f}", flush=True)
 
 
 if __name__ == "__main__":

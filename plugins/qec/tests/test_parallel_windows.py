@@ -19,7 +19,7 @@ import stim
 from backline_core import InvalidArgumentError, plugins
 from backline_qec import ParallelWindowDecoder, SlidingWindowDecoder, plan_parallel_windows
 from backline_qec.rounds import detector_rounds
-from backline_qec.stream import stream
+from backline_qec.stream import stream, worker_name
 from backline_qec.windows import _mechanisms, window_dependencies
 
 NOISE = dict(after_clifford_depolarization=0.003, before_measure_flip_probability=0.003,
@@ -146,7 +146,7 @@ def _faulty_run(small: tuple[stim.Circuit, np.ndarray, np.ndarray], sig: signal.
 
     def fault(done: int, deployment: Any) -> None:
         if done == 40:
-            pid = deployment.processes["worker-1"].pid
+            pid = deployment.processes[worker_name(1)].pid
             pids.append(pid)
             os.kill(pid, sig)
 
@@ -179,10 +179,10 @@ def test_a_killed_worker_hands_its_window_on_and_nothing_is_lost_or_counted_twic
     expected = ParallelWindowDecoder(circuit, "pymatching", window=7, commit=3).decode_batch(dets)
     assert (result.predictions == expected).all()
     report = result.to_json()
-    assert [f["worker"] for f in report["worker_failures"]] == ["worker-1"]
+    assert [f["worker"] for f in report["worker_failures"]] == [worker_name(1)]
     assert (result.window_worker >= 0).all()  # every window committed, each by one worker
     assert sum(report["windows_per_worker"].values()) == len(dets) * report["windows_per_shot"]
-    assert "worker worker-1 failed" in capfd.readouterr().err
+    assert f"worker {worker_name(1)} failed" in capfd.readouterr().err
     assert pids and _gone(pids[0])
 
 
@@ -194,7 +194,7 @@ def test_a_stalled_worker_is_a_deadline_miss_and_the_stream_goes_on(
     assert (result.predictions == expected).all()
     report = result.to_json()
     assert report["deadline_misses"] == 1
-    assert [(f["worker"], f["deadline_miss"]) for f in report["worker_failures"]] == [("worker-1", True)]
+    assert [(f["worker"], f["deadline_miss"]) for f in report["worker_failures"]] == [(worker_name(1), True)]
     assert "DeadlineError" in report["worker_failures"][0]["error"]
     assert pids and _gone(pids[0])
 

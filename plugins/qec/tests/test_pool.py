@@ -16,7 +16,7 @@ import stim
 
 from backline_core import InvalidArgumentError
 from backline_qec import SlidingWindowDecoder
-from backline_qec.pool import PoolStreamResult
+from backline_qec.pool import PoolStreamResult, predict_completion
 from backline_qec.stream import stream
 
 P = 0.003
@@ -57,7 +57,8 @@ def _every_window_once(result: PoolStreamResult) -> None:
 @pytest.mark.parametrize("workers, cycle_us", [(1, 0.0), (2, 0.0), (2, 2.0)])
 def test_every_patch_predicts_what_sequential_sliding_windows_predict(shots: Any, workers: int,
                                                                        cycle_us: float) -> None:
-    result = _run(shots, workers, cycle_us)
+    # admission off: at 2 us a round some windows are late, and admission control would shed them
+    result = _run(shots, workers, cycle_us, admission=False)
     assert (result.predictions == shots[3]).all()
     _every_window_once(result)
     report = result.to_json()
@@ -79,20 +80,35 @@ def test_a_cycle_far_above_the_sustainable_one_misses_nothing(shots: Any) -> Non
     assert report["max_queue"] <= 3  # each patch's windows go in order: at most one a patch waits
 
 
-def test_a_cycle_far_below_it_counts_misses_and_loses_nothing(shots: Any) -> None:
-    # 1 ns a round: every window's deadline (3 ns after it is ready) is gone before any worker can answer;
-    # admission control sees that with the warm-up's round trips and rejects every window, decoding each still
+def test_a_cycle_far_below_it_counts_every_miss(shots: Any) -> None:
+    # 1 ns a round: every window's deadline (3 ns after it is ready) is gone before any worker can answer.
+    # Admission control sees that with the warm-up's round trips and sheds every window: counted at once,
+    # sent to no worker, no correction committed. Without it every window is decoded, and each is late.
     on = _run(shots, 2, 0.001, admission=True)
     off = _run(shots, 2, 0.001, admission=False)
-    for result in (on, off):
-        assert (result.predictions == shots[3]).all()
-        _every_window_once(result)
+    assert (off.predictions == shots[3]).all()
+    _every_window_once(off)
+    assert (on.predictions == 0).all() and (on.window_worker == -1).all()
     a, b = on.to_json(), off.to_json()
     total = a["windows"]
     assert a["rejected_at_admission"] == a["deadline_misses"] == total and a["late_completions"] == 0
+    assert sum(a["windows_per_worker"].values()) == 0 and a["max_queue"] == 0
     assert b["rejected_at_admission"] == 0 and b["late_completions"] == b["deadline_misses"] == total
-    assert a["max_queue"] == 0 and a["max_queue"] <= b["max_queue"] <= 3
+    assert b["max_queue"] <= 3
     assert sum(p["deadline_misses"] for p in a["per_patch"]) == total
+    # the shed windows' cost shows in the logical error rate: no shot of patch 0 was corrected
+    assert a["per_patch"][0]["logical_errors"] == int(shots[2].reshape(3, 4, -1)[0].any(axis=1).sum())
+
+
+def test_admission_predicts_completion_from_the_busy_workers_and_the_windows_ahead() -> None:
+    # a pure function of the state at admission: no clock is read, so nothing depends on this machine's speed
+    assert predict_completion(1000, 100.0, [None, None], 0) == 1100  # an idle worker: started now
+    assert predict_completion(1000, 100.0, [None, None], 1) == 1100  # the one ahead takes the other worker
+    assert predict_completion(1000, 100.0, [None, None], 3) == 1200  # 3 ahead on 2 workers: it starts 1 round later
+    # a worker in its round since 950 frees up at 1050; one running past the estimate is taken to free up now
+    assert predict_completion(1000, 100.0, [950, 400], 0) == 1100
+    assert predict_completion(1000, 100.0, [950, 400], 1) == 1150
+    assert predict_completion(1000, 100.0, [950], 2) == 1350  # one live worker (the other retired): in series
 
 
 def test_bad_pool_arguments_are_one_clear_error(shots: Any) -> None:
