@@ -12,8 +12,8 @@ import contextlib
 import dataclasses
 import os
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -159,6 +159,48 @@ def _drive(sw: SlidingWindowDecoder, plan: bytes, dets: np.ndarray, cycle_ns: in
         raise BacklineError(f"the stream stopped: {ffi.string(err).decode(errors='replace')}")
     flips = np.unpackbits(pred, axis=1, count=sw.num_observables, bitorder="little")
     return flips, rtt, lag, reaction
+
+
+class PlacedStream:
+    """One circuit's sliding-window engine deployed once on a placement's one coprocessor, for many
+    batches of shots (``backline collect --placement`` keeps one per task on each worker): :meth:`run`
+    streams a batch as :func:`stream` does, without deploying again. Close it (or use ``with``)."""
+
+    def __init__(self, circuit: stim.Circuit, decoder: str, placement: Placement, *, window: int | None = None,
+                 commit: int | None = None, **params: Any) -> None:
+        if not isinstance(circuit, stim.Circuit):
+            raise InvalidArgumentError(f"expected a stim.Circuit, not {type(circuit).__name__}")
+        if len(placement.coprocessors) != 1:
+            raise InvalidArgumentError(f"the placement has {len(placement.coprocessors)} coprocessors; a stream "
+                                       "decodes on one")
+        self.sw = SlidingWindowDecoder(circuit, decoder, window=window, commit=commit, **params)
+        self.plan = encode_plan(self.sw)
+        node = dataclasses.replace(placement.coprocessors[0], coprocessor_fn=engine_function(self.sw))
+        max_round = int(np.bincount(self.sw.rounds).max())
+        self._deploying = deploy(dataclasses.replace(placement, coprocessors=[node]),
+                                 in_bytes=2 + (max_round + 7) // 8, out_bytes=(self.sw.num_observables + 7) // 8)
+        self._deployment = self._deploying.__enter__()
+        self._key = self._deployment.session().key
+
+    def run(self, detectors: np.ndarray) -> np.ndarray:
+        """(shots, detectors) 0/1 -> (shots, observables) predicted flips, round by round over the placement."""
+        dets = np.asarray(detectors)
+        if dets.ndim != 2 or dets.shape[1] != self.sw.num_detectors:
+            raise InvalidArgumentError(f"the detection events have shape {dets.shape}; the circuit has "
+                                       f"{self.sw.num_detectors} detectors a shot")
+        return _drive(self.sw, self.plan, dets.astype(np.uint8), 0, key=self._key, engine=None)[0]
+
+    def close(self) -> None:
+        """Stop the coprocessor (idempotent)."""
+        deploying, self._deploying = self._deploying, None
+        if deploying is not None:
+            deploying.__exit__(None, None, None)
+
+    def __enter__(self) -> PlacedStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int | None = None,

@@ -7,6 +7,8 @@ batch id: a rerun samples the same shots, and two batches never share a seed.
 
 from __future__ import annotations
 
+import atexit
+import itertools
 import os
 
 import time
@@ -98,29 +100,44 @@ _compiled: OrderedDict[tuple[str, str | None], Any] = OrderedDict()
 
 
 class _Prepared:
+    """A task made ready on this worker: its circuit, and sinter's compiled decoder or, with a placement,
+    the stream deployed on it (kept while the task is cached, closed when it leaves the cache)."""
+
     def __init__(self, task: TaskSpec, placement_json: str | None) -> None:
         import stim
 
         self.circuit = stim.Circuit(task.circuit_text)
-        self.placement = None
+        self.placed = None
         self.decoder = None
         if placement_json is not None:
-            self.placement = worker_placement(placement_json)
+            from backline_qec.stream import PlacedStream
+
+            self.placed = PlacedStream(self.circuit, task.decoder.removeprefix(BACKLINE_PREFIX),
+                                       worker_placement(placement_json))
         else:
             self.decoder = _sinter_decoder(task.decoder).compile_decoder_for_dem(dem=sinter_dem(self.circuit))
 
+    def close(self) -> None:
+        if self.placed is not None:
+            self.placed.close()
+
+
+_deployments = itertools.count()
+
 
 def worker_placement(placement_json: str) -> Any:
-    """The sweep's placement as this worker process deploys it: a coprocessor without an endpoint is
-    found by its name on this host (memcpy's shared-memory key), and several workers of one host
-    stream at once, so each names it after itself. One with an endpoint keeps it: two workers of one
-    host on one endpoint are refused by the transport (give each host one worker, or no endpoint)."""
+    """The sweep's placement as this worker process deploys it for one task: a coprocessor without an
+    endpoint is found by its name on this host (memcpy's shared-memory key), and several workers of one
+    host, each with several tasks deployed, stream at once, so it is named NAME-PID-N. One with an
+    endpoint keeps it: two deployments on one endpoint are refused by the transport (give each host
+    one worker, or no endpoint)."""
     import dataclasses
 
     from backline_core import Placement
 
     placement = Placement.from_json(placement_json)
-    nodes = [n if n.endpoint is not None else dataclasses.replace(n, name=f"{n.name}-{os.getpid()}")
+    n_ = next(_deployments)
+    nodes = [n if n.endpoint is not None else dataclasses.replace(n, name=f"{n.name}-{os.getpid()}-{n_}")
              for n in placement.coprocessors]
     return dataclasses.replace(placement, coprocessors=nodes)
 
@@ -140,11 +157,22 @@ def _prepared(task: TaskSpec, placement_json: str | None) -> _Prepared:
     if key in _compiled:
         _compiled.move_to_end(key)
         return _compiled[key]
+    if placement_json is not None:
+        # one deployment at a time on a worker: a placement's endpoint serves one stream
+        for other in [k for k in _compiled if k[1] is not None]:
+            _compiled.pop(other).close()
     prep = _Prepared(task, placement_json)
     _compiled[key] = prep
     while len(_compiled) > CACHED_DECODERS:
-        _compiled.popitem(last=False)
+        _compiled.popitem(last=False)[1].close()
     return prep
+
+
+@atexit.register
+def _close_prepared() -> None:
+    # a worker that exits stops the coprocessors its tasks deployed (their --parent-pid watch is the backstop)
+    while _compiled:
+        _compiled.popitem()[1].close()
 
 
 def _worker_name() -> str:
@@ -172,7 +200,7 @@ def run_batch(task: TaskSpec, batch: Batch, placement_json: str | None = None) -
     t0 = time.monotonic()
     sampler = prep.circuit.compile_detector_sampler(seed=batch.seed)
     discards = errors = 0
-    if prep.placement is None:
+    if prep.placed is None:
         for dets, obs in _chunks(sampler, batch.shots):
             predictions = np.asarray(prep.decoder.decode_shots_bit_packed(bit_packed_detection_event_data=dets))
             obs_bytes = obs.shape[1]
@@ -182,16 +210,10 @@ def run_batch(task: TaskSpec, batch: Batch, placement_json: str | None = None) -
                 predictions, obs = predictions[keep, :-1], obs[keep]
             errors += int(np.count_nonzero(np.any(predictions != obs, axis=1)))
     else:
-        from backline_qec.stream import stream
-
         # the same shots as the offline path: sampled in the same chunks
-        chunks = list(_chunks(sampler, batch.shots))
-        dets, obs = np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks])
-        n_det, n_obs = task.num_detectors, task.num_observables
-        det_bits = np.unpackbits(dets, axis=1, count=n_det, bitorder="little")
-        obs_bits = np.unpackbits(obs, axis=1, count=n_obs, bitorder="little")
-        result = stream(prep.circuit, task.decoder.removeprefix(BACKLINE_PREFIX), detectors=det_bits,
-                        observables=obs_bits, placement=prep.placement, reference=False)
-        errors = int(result.logical_errors or 0)
+        for dets, obs in _chunks(sampler, batch.shots):
+            det_bits = np.unpackbits(dets, axis=1, count=task.num_detectors, bitorder="little")
+            obs_bits = np.unpackbits(obs, axis=1, count=task.num_observables, bitorder="little")
+            errors += int(np.count_nonzero(np.any(prep.placed.run(det_bits) != obs_bits, axis=1)))
     return BatchResult(batch_id=batch.batch_id, strong_id=batch.strong_id, shots=batch.shots, errors=errors,
                        discards=discards, seconds=time.monotonic() - t0, worker=_worker_name())
