@@ -194,6 +194,12 @@ class NamespacePair(NamedTuple):
         """The prefix that runs a command in ``namespace`` (``ip netns exec NAMESPACE``)."""
         return ["ip", "netns", "exec", namespace]
 
+    def pids(self, namespace: str) -> list[int]:
+        """The processes in ``namespace`` now (``ip netns pids``): a test checks none is left."""
+        done = subprocess.run(["ip", "netns", "pids", namespace], stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=30)
+        return [int(p) for p in done.stdout.split()]
+
 
 def _ip(*args: str) -> None:
     done = subprocess.run(["ip", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)

@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import os
 import random
-import secrets
 import shutil
 import signal
 import socket
@@ -24,7 +23,9 @@ from typing import Any
 
 import pytest
 
+from backline_core import BacklineError
 from backline_core.sdk import children, free_port, stop_process
+from backline_core.testing import NamespacePair, two_namespaces
 
 SSHD = "/usr/sbin/sshd"
 #: OpenSSH's privilege-separation folder (compiled in; sshd refuses to start without it)
@@ -206,69 +207,23 @@ def sshd_factory(ssh_keys: SshKeys, tmp_path: Path) -> Iterator[Any]:
         stop_sshd(server.proc)
 
 
-@dataclasses.dataclass
-class NetnsPair:
-    """Two network namespaces joined by a veth pair: ``a`` has ``address_a``, ``b`` has ``address_b``."""
-
-    a: str
-    b: str
-    address_a: str
-    address_b: str
-
-    def exec_prefix(self, namespace: str) -> list[str]:
-        return ["ip", "netns", "exec", namespace]
-
-    def pids(self, namespace: str) -> list[int]:
-        """The processes in ``namespace``."""
-        return netns_pids(namespace)
-
-
-def _ip(*args: str) -> None:
-    done = subprocess.run(["ip", *args], stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
-    if done.returncode != 0:
-        raise RuntimeError(f"ip {' '.join(args)} failed: {done.stderr.decode(errors='replace').strip()}")
-
-
-def netns_pids(namespace: str) -> list[int]:
-    done = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, timeout=30)
-    return [int(p) for p in done.stdout.split()]
-
-
 @pytest.fixture
-def netns_pair() -> Iterator[NetnsPair]:
-    """Namespaces bl-a-TAG / bl-b-TAG with 10.X.Y.1/30 and 10.X.Y.2/30 on a veth pair, links and
-    ``lo`` up; deleted afterwards (a process still in one fails the test, after being killed)."""
+def netns_pair() -> Iterator[NamespacePair]:
+    """Two namespaces on a veth pair (``backline_core.testing.two_namespaces``, a random 10.X.Y subnet),
+    deleted afterwards; a process still in one fails the test, after being killed."""
     _need_root("ip")
-    tag = secrets.token_hex(4)
-    a, b = f"bl-a-{tag}", f"bl-b-{tag}"
-    veth_a, veth_b = f"bla{tag}", f"blb{tag}"  # interface names: at most 15 characters
-    net = f"10.{random.randint(1, 254)}.{random.randint(0, 255)}"
-    pair = NetnsPair(a, b, f"{net}.1", f"{net}.2")
-    made: list[str] = []
-    try:
-        for ns in (a, b):
-            _ip("netns", "add", ns)
-            made.append(ns)
-        _ip("link", "add", veth_a, "type", "veth", "peer", "name", veth_b)
-        for ns, dev, address in ((a, veth_a, pair.address_a), (b, veth_b, pair.address_b)):
-            _ip("link", "set", dev, "netns", ns)
-            _ip("-n", ns, "addr", "add", f"{address}/30", "dev", dev)
-            _ip("-n", ns, "link", "set", dev, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-    except RuntimeError as exc:
-        for ns in made:
-            with contextlib.suppress(RuntimeError):
-                _ip("netns", "del", ns)
-        pytest.skip(f"cannot set up network namespaces here: {exc}")
-    try:
-        yield pair
-    finally:
-        left = {ns: netns_pids(ns) for ns in (a, b)}
-        for pids in left.values():
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        for ns in (a, b):
-            _ip("netns", "del", ns)  # takes the veth pair with it
-        left = {ns: pids for ns, pids in left.items() if pids}
-        assert not left, f"processes were left in the namespaces: {left}"
+    with contextlib.ExitStack() as stack:
+        try:
+            pair = stack.enter_context(two_namespaces(f"10.{random.randint(1, 254)}.{random.randint(0, 255)}"))
+        except BacklineError as exc:
+            pytest.skip(f"cannot set up network namespaces here: {exc}")
+        try:
+            yield pair
+        finally:
+            left = {ns: pair.pids(ns) for ns in (pair.a, pair.b)}
+            for pids in left.values():
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+    left = {ns: pids for ns, pids in left.items() if pids}
+    assert not left, f"processes were left in the namespaces: {left}"

@@ -299,11 +299,11 @@ NETNS_SCRIPT = textwrap.dedent('''
 
 
 def test_ssh_across_network_namespaces(netns_pair: Any, sshd_factory: Any, tmp_path: Path) -> None:
-    server = sshd_factory(netns_pair.address_b, 2222, prefix=netns_pair.exec_prefix(netns_pair.b))
+    server = sshd_factory(netns_pair.address_b, 2222, prefix=netns_pair.exec_in(netns_pair.b))
     script = tmp_path / "in_namespace_a.py"
     script.write_text(NETNS_SCRIPT)
     kwargs = dict(server.login(python=sys.executable, deploy=False))
-    done = subprocess.run([*netns_pair.exec_prefix(netns_pair.a), sys.executable, "-P", str(script),
+    done = subprocess.run([*netns_pair.exec_in(netns_pair.a), sys.executable, "-P", str(script),
                            json.dumps(kwargs)], stdin=subprocess.DEVNULL, capture_output=True, text=True,
                           timeout=180)
     assert done.returncode == 0, f"the script in {netns_pair.a} failed:\n{done.stdout}\n{done.stderr}"

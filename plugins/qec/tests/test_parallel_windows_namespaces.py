@@ -36,11 +36,6 @@ pytestmark = [
 ]
 
 
-def _netns_pids(namespace: str) -> list[int]:
-    done = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, timeout=30)
-    return [int(p) for p in done.stdout.split()]
-
-
 def test_workers_in_an_executor_in_another_namespace_predict_as_workers_in_local_processes(tmp_path: Path) -> None:
     from backline_executor_orc import Executor
 
@@ -69,7 +64,7 @@ def test_workers_in_an_executor_in_another_namespace_predict_as_workers_in_local
                                   "--predictions", "p.b8", "--json", "r.json"],
                                  cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
         # the executor stopped its sessions (the workers) before it exited
-        assert _netns_pids(pair.a) == [] and _netns_pids(pair.b) == []
+        assert pair.pids(pair.a) == [] and pair.pids(pair.b) == []
     assert run.returncode == 0, run.stdout + run.stderr
     # every worker's session crossed the veth: namespace A has no other way to B
     assert run.stderr.count(f"UCX transports: tcp/{pair.veth_a}") == 2, run.stderr

@@ -5,7 +5,8 @@ same tasks, and whether their logical error rates agree (a two-proportion z-scor
 
 Each command runs whole (its start-up included) in a fresh folder on the same circuit files;
 shots per second is the shots it wrote over its wall-clock time. The runs alternate (sinter, then
-backline, for each worker count, --repeat times) and the medians are compared: the machine is noisy.
+backline, for each worker count, --repeat times) and the medians are compared: the machine is noisy;
+so is each repeat's ratio of the two back-to-back runs, and the median of those.
 """
 
 from __future__ import annotations
@@ -94,9 +95,13 @@ def main() -> int:
             rate = {tool: statistics.median(shots / wall for wall, shots, _ in results[tool, k])
                     for tool in ("sinter", "backline")}
             wall = {tool: statistics.median(w for w, _, _ in results[tool, k]) for tool in ("sinter", "backline")}
+            # each repeat runs the two commands back to back: their ratio shares that moment's load
+            paired = [(b_shots / b_wall) / (s_shots / s_wall) for (s_wall, s_shots, _), (b_wall, b_shots, _)
+                      in zip(results["sinter", k], results["backline", k])]
             print(f"workers={k}: median of {args.repeat}: sinter {rate['sinter']:,.0f} shots/s ({wall['sinter']:.2f} s), "
                   f"backline {rate['backline']:,.0f} shots/s ({wall['backline']:.2f} s): "
-                  f"backline/sinter = {rate['backline'] / rate['sinter']:.2f}x")
+                  f"backline/sinter = {rate['backline'] / rate['sinter']:.2f}x; per repeat "
+                  f"{', '.join(f'{r:.2f}' for r in paired)}, median {statistics.median(paired):.2f}x")
         print("\nlogical error rates (all runs of each tool pooled), two-proportion z-score:")
         pooled: dict[str, dict[str, sinter.TaskStats]] = {"sinter": {}, "backline": {}}
         for (tool, _), runs in results.items():
