@@ -44,8 +44,6 @@ from .windows import SlidingWindowDecoder
 ESTIMATE_WINDOWS = 256
 #: warm-up rounds per worker and window shape before the stream (not counted); the last seeds the estimate
 WARMUP_ROUNDS = 2
-#: the deadline queue's key is (ADMITTED, deadline, patch): one lane, earliest deadline first
-ADMITTED = 0
 
 
 @dataclass
@@ -210,7 +208,7 @@ def dispatch_pool(sw: SlidingWindowDecoder, dets: np.ndarray, deployment: Deploy
                     continue
                 s, j = divmod(i, num_windows)
                 due = ready + commit_rounds[j] * cycle_ns
-                key = (ADMITTED, due, p)
+                key = (due, p)  # earliest deadline first; a lower patch first on a tie
                 if cycle_ns:  # ahead: the admitted windows queued with an earlier deadline (or a lower patch, tied)
                     live = [t for w, t in enumerate(pool.busy_since) if w not in pool.retired]
                     predicted[p, s, j] = predict_completion(now, estimate.ns, live,
