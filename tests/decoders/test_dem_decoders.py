@@ -127,8 +127,12 @@ def test_sinter_collects_with_every_decoder_by_name(tmp_path: Path) -> None:
     stats = sinter.collect(num_workers=1, tasks=tasks, decoders=list(decoders), custom_decoders=decoders,
                            max_shots=2000, max_errors=500)
     assert sorted(s.decoder for s in stats) == sorted(decoders)
+    # the bar is the undecoded rate (6.4 %): BP alone makes 4.3 % here, 4.5 sigma below it at 2,000 shots;
+    # a fixed 5 % sat 1.8 sigma above BP's mean and failed one CI run in a dozen
+    _, obs = circuit().compile_detector_sampler(seed=3).sample(20000, separate_observables=True)
+    undecoded = obs.any(axis=1).mean()
     for s in stats:
-        assert s.shots == 2000 and s.errors < 2000 * 0.05, s
+        assert s.shots == 2000 and s.errors < 2000 * undecoded, (s, undecoded)
     assert decoder("backline:" + DEM_DECODERS[0]) == decoders["backline:" + DEM_DECODERS[0]]
 
 
