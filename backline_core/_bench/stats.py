@@ -13,6 +13,7 @@ bench and the compiler frontend's RTT summary.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -34,3 +35,18 @@ def summary(values: Any, unit: str = "ns") -> dict[str, float]:
     figures.update(zip((key for key, _ in PERCENTILES), np.percentile(x, [q for _, q in PERCENTILES])))
     out.update((f"{key}{suffix}", float(value)) for key, value in figures.items())
     return out
+
+
+def wilson(errors: int | None, n: int) -> list[float] | None:
+    """The 95 % Wilson interval of ``errors`` in ``n`` (None: not counted, or no shots).
+
+    >>> wilson(0, 100)[0], round(wilson(0, 100)[1], 4)
+    (0.0, 0.037)
+    """
+    if errors is None or n == 0:
+        return None
+    z, p = 1.959963984540054, errors / n
+    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    # at 0 (or n) errors the bound is exactly 0 (or 1); the formula leaves rounding residue there
+    return [0.0 if errors == 0 else max(0.0, centre - half), 1.0 if errors == n else min(1.0, centre + half)]
+

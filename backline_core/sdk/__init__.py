@@ -59,7 +59,7 @@ _EXPORTS: dict[str, str] = {
     "sinter_decoders": "sinter",
     "BenchConfig": "_bench.config", "PEER_KEY": "_bench.config", "RoundRunner": "_bench.runner",
     "BenchResult": "_bench.report", "Series": "_bench.report", "format_report": "_bench.report",
-    "PERCENTILES": "_bench.stats", "summary": "_bench.stats", "Progress": "_bench.progress",
+    "PERCENTILES": "_bench.stats", "summary": "_bench.stats", "wilson": "_bench.stats", "Progress": "_bench.progress",
     "BenchPayloads": "_bench.payloads", "PayloadSpec": "_bench.payloads", "PayloadTable": "_bench.payloads",
     "BenchFloor": "_bench.protocols", "BenchFloorFactory": "_bench.protocols", "ControllerBench": "_bench.protocols",
     "ControllerBenchResult": "_bench.protocols", "PayloadGenerator": "_bench.protocols",

@@ -172,7 +172,7 @@ def detector_error_models(module: ModuleOp) -> list[Any]:
             merged: dict[bytes, float] = {}
             for j, (_, p) in enumerate(shot.components):
                 column = signature[:, j]
-                if not column.any():
+                if not column.any() or p == 0:
                     continue
                 key = np.packbits(column).tobytes()
                 q0 = merged.get(key, 0.0)

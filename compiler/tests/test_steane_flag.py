@@ -117,13 +117,43 @@ def test_decoding_the_shot_over_its_model_cuts_the_logical_error_rate(ghz_text) 
 def test_bad_input_is_refused(ghz_text) -> None:
     with pytest.raises(PassFailedException, match="unknown extraction 'steane'.*verified ancilla block is not built"):
         pipeline.from_spec("encode-steane{extraction=steane}")
-    # an outcome used before the shot's last logical measurement cannot wait for the shot's decode
+    # an outcome stored before the shot's last logical measurement cannot wait for the shot's decode (a pure
+    # use, the zext, moves after it)
     early = ghz_text().replace("%m1 = bquantum.measure %d, %q1 : !bquantum.device -> i1",
-                               "%m1 = bquantum.measure %d, %q1 : !bquantum.device -> i1\n    %early = llvm.zext %m0 : "
-                               "i1 to i32")
-    with pytest.raises(PassFailedException, match="used before that"):
+                               "%early = llvm.zext %m0 : i1 to i32\n    llvm.store %early, %out : i32, !llvm.ptr\n"
+                               "    %m1 = bquantum.measure %d, %q1 : !bquantum.device -> i1")
+    with pytest.raises(PassFailedException, match="'llvm.store' uses a logical outcome before that"):
         encoded(early, 0.001)
+    pure = ghz_text().replace("%m1 = bquantum.measure %d, %q1 : !bquantum.device -> i1",
+                              "%early = llvm.zext %m0 : i1 to i32\n    %m1 = bquantum.measure %d, %q1 : "
+                              "!bquantum.device -> i1")
+    encoded(pure, 0.001).verify()
     module = pipeline.parse(ghz_text())
     pipeline.run(module, pipeline.from_spec("encode-steane,inject-noise{p=0.001}"))
     with pytest.raises(InvalidArgumentError, match="applies corrections in real time"):
         detector_error_models(module)
+
+
+def test_checks_are_carried_through_every_logical_gate(ghz_text) -> None:
+    """H, S, X, Z, I and CNOT both ways between rounds: the detectors stay deterministic (the model checks)
+    and every single fault is still told apart."""
+    gates = "\n    ".join(f"bquantum.gate {g} : !bquantum.device" for g in (
+        '"H" %d, %q0', '"S" %d, %q0', '"CNOT" %d, %q0, %q1', '"H" %d, %q1', '"S" %d, %q1', '"X" %d, %q2',
+        '"CNOT" %d, %q1, %q0', '"Z" %d, %q0', '"I" %d, %q2', '"CNOT" %d, %q2, %q1', '"H" %d, %q2'))
+    text = ghz_text()
+    start = text.index('bquantum.gate "H" %d, %q0')
+    end = text.index("%m0 = bquantum.measure")
+    text = text[:start] + gates + "\n    " + text[end:]
+    (dem,) = detector_error_models(encoded(text, 0.001))
+    (gauge,) = gauges(encoded(text, 0.001))
+    free = {tuple(row) for row in gauge.astype(int)}
+    seen: dict[frozenset[int], np.ndarray] = {}
+    for inst in dem.flattened():
+        if inst.type == "error":
+            dets = frozenset(t.val for t in inst.targets_copy() if t.is_relative_detector_id())
+            obs = np.zeros(3, int)
+            for t in inst.targets_copy():
+                if t.is_logical_observable_id():
+                    obs[t.val] ^= 1
+            other = seen.setdefault(dets, obs)
+            assert (dets and tuple(other ^ obs) in free) or (not dets and tuple(obs) in free)

@@ -26,11 +26,20 @@ the rounds cross RoCE v2 (``backline-transport-rdma``; it needs an RDMA device, 
 Soft-RoCE device of ``plugins/transport-rdma/guest/run-in-guest``), its endpoint on ``--host``
 and a free port. ``--compare`` then runs part 2 over memcpy too and checks the samples match.
 ``--transport ucx`` does the same over UCX active messages (``backline-transport-ucx``).
+
+``--extraction flag`` runs the same QNode with fault-tolerant extraction (``encode-steane``'s
+flagged checks, each shot decoded once over its detectors): the coprocessor runs the ``lut``
+decoder (depth 2) built from the compiled program's own detector error model; part 3 then runs
+it in its own process and BP+OSD from the same model (there is no decode compiled into the
+controller for it). ``--json FILE`` writes part 2's figures (``extraction``, ``noise``,
+``shots``, ``ler_corrected``, ``ler_uncorrected``, each with its 95 % Wilson interval as
+``*_ci95``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -44,7 +53,7 @@ import pennylane as qml
 from backline_compiler import Backline, qjit
 from backline_core import Controller, Coprocessor, CoprocessorFunction, Endpoint
 from backline_core._errors import PluginError
-from backline_core.sdk import free_port
+from backline_core.sdk import free_port, wilson
 
 #: Spin this long (µs) between rounds before sleeping: the simulator takes tens of µs per
 #: gate, and a sleeping coprocessor costs a wake-up on the next round.
@@ -86,20 +95,27 @@ def local_executor() -> Any:
     return Executor.local()
 
 
+#: extraction -> the decoder the demo's coprocessor runs and its parameters (flag: built from the program's model)
+DECODERS: dict[str, tuple[str, dict[str, Any]]] = {"bare": ("steane", {}), "flag": ("lut", {"depth": 2})}
+
+
 def device(quantum: str, *, coprocessor_fn: str | CoprocessorFunction | None = "steane", runs_in: str = "thread",
            noise: float = 0.0, apply_correction: bool = True, seed: int | None = None,
-           executor: Any = None, transport: str = "memcpy", endpoint: Endpoint | None = None) -> Backline:
+           executor: Any = None, transport: str = "memcpy", endpoint: Endpoint | None = None,
+           extraction: str = "bare", decoder_params: dict[str, Any] | None = None) -> Backline:
     """A Backline device as in Listing 3, with the choices the demo varies
     (``coprocessor_fn=None``: no coprocessor, decodes stay in the controller; ``executor``: an
     executor handle the coprocessor runs in, instead of ``runs_in``; ``endpoint``: where the
-    coprocessor listens, for a transport that crosses machines)."""
+    coprocessor listens, for a transport that crosses machines; ``extraction="flag"``:
+    ``coprocessor_fn`` names a decoder built from each program's model, with ``decoder_params``)."""
     ctrl = Controller(hardware="cpu", device=qml.device(quantum, wires=3))
     where: dict[str, Any] = {"executor": executor} if executor is not None else {"runs_in": runs_in}
     coprocessors = [] if coprocessor_fn is None else [
         Coprocessor(name="steane-decoder", hardware="cpu", coprocessor_fn=coprocessor_fn,
                     init_args={"idle_spin_us": IDLE_SPIN_US}, endpoint=endpoint, **where)]
     return Backline(controller=ctrl, coprocessors=coprocessors, transport=transport, qec_code="steane", noise=noise,
-                    apply_correction=apply_correction, seed=seed)
+                    apply_correction=apply_correction, seed=seed, extraction=extraction,
+                    decoder_params=decoder_params)
 
 
 def logical_error_rate(samples: Any) -> tuple[float, float]:
@@ -158,9 +174,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--compare", action="store_true",
                         help="with --executor or --transport rdma/ucx: run part 2 over memcpy in process too, and "
                              "print rounds/s and RTT of both")
+    parser.add_argument("--extraction", choices=sorted(DECODERS), default="bare",
+                        help="syndrome extraction: bare (a real-time correction round after every gate; default) or "
+                             "flag (flagged checks, each shot decoded over its detector error model)")
+    parser.add_argument("--json", metavar="FILE", default=None,
+                        help="write part 2's figures (extraction, noise, shots, ler_corrected, ler_uncorrected and "
+                             "their *_ci95) to FILE")
     args = parser.parse_args(argv)
     if args.shots < 1:
         parser.error("--shots must be at least 1")
+    if not 0.0 <= args.noise <= 1.0:
+        parser.error(f"--noise {args.noise} is not a probability in [0, 1]")
     if args.compare and args.executor is None and args.transport == "memcpy":
         parser.error("--compare compares another placement with the in-process run: give --executor local or "
                      "--transport rdma or ucx")
@@ -179,13 +203,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _demo(args: argparse.Namespace, executor: Any) -> int:
     where = "in an executor on this machine" if executor is not None else "on a CPU coprocessor"
-    place: dict[str, Any] = {"executor": executor}
+    decoder, params = DECODERS[args.extraction]
+    place: dict[str, Any] = {"executor": executor, "extraction": args.extraction, "coprocessor_fn": decoder,
+                             "decoder_params": params or None}
+    table = "steane table" if args.extraction == "bare" else f"{decoder} ({params}) from the program's model"
     if args.transport != "memcpy":
         where = "in its own process"
         place.update(transport=args.transport, runs_in="process", endpoint=Endpoint(host=args.host,
                                                                                    port=free_port(args.host)))
     t0 = time.perf_counter()
-    print(f"1. Listing 3: logical GHZ on null.qubit, {args.transport} transport, steane table {where}")
+    print(f"1. Listing 3: logical GHZ on null.qubit, {args.extraction} extraction, {args.transport} transport, "
+          f"{table} {where}")
     first = run(device("null.qubit", **place), 10)
     print("samples:", first.samples.tolist())
     print(f"   compile {first.compile_s * 1e3:.0f} ms, {first.us_per_shot:.2f} µs per shot; {first.rtt_text}")
@@ -201,8 +229,17 @@ def _demo(args: argparse.Namespace, executor: Any) -> int:
     print(f"   logical error rate, uncorrected: {r0:.4f} ± {h0:.4f}")
     print(f"   decoding lowers it by {diff:.4f} ± {hd:.4f} (95% CI; ratio {r1 / r0 if r0 else float('nan'):.2f})")
     ok = r1 < r0
+    if args.json:
+        figures = {"extraction": args.extraction, "noise": args.noise, "shots": args.shots, "decoder": decoder,
+                   "decoder_params": params, "ler_corrected": r1, "ler_uncorrected": r0,
+                   "ler_corrected_ci95": wilson(round(r1 * args.shots), args.shots),
+                   "ler_uncorrected_ci95": wilson(round(r0 * args.shots), args.shots),
+                   "us_per_shot": fixed.us_per_shot, "rtt": fixed.rtt}
+        with open(args.json, "w") as fh:
+            json.dump(figures, fh, indent=2)
     if args.compare:
-        here = run(device("default.clifford", noise=args.noise, seed=args.seed), args.shots)
+        here = run(device("default.clifford", noise=args.noise, seed=args.seed, extraction=args.extraction,
+                          coprocessor_fn=decoder, decoder_params=params or None), args.shots)
         same = np.array_equal(here.samples, fixed.samples)
         other = "in an executor" if executor is not None else f"over {args.transport}"
         print(f"   {other + ':':<16}{fixed.rounds_text()}")
@@ -212,12 +249,18 @@ def _demo(args: argparse.Namespace, executor: Any) -> int:
 
     if not args.skip_placements:
         print("\n3. Only the placement changes")
-        for label, dev in (("bposd (BP+OSD), thread", device("default.clifford", coprocessor_fn=steane_bposd(),
-                                                               noise=args.noise, seed=args.seed)),
-                           ("steane table, own process", device("default.clifford", runs_in="process",
-                                                                noise=args.noise, seed=args.seed)),
-                           ("no coprocessor (local)", device("default.clifford", coprocessor_fn=None,
-                                                             noise=args.noise, seed=args.seed))):
+        noisy = {"noise": args.noise, "seed": args.seed, "extraction": args.extraction}
+        if args.extraction == "bare":
+            rows = (("bposd (BP+OSD), thread", device("default.clifford", coprocessor_fn=steane_bposd(), **noisy)),
+                    ("steane table, own process", device("default.clifford", runs_in="process", **noisy)),
+                    ("no coprocessor (local)", device("default.clifford", coprocessor_fn=None, **noisy)))
+        else:
+            rows = ((f"{decoder}, own process", device("default.clifford", runs_in="process", coprocessor_fn=decoder,
+                                                        decoder_params=params or None, **noisy)),
+                    ("bposd from the model, thread", device("default.clifford", coprocessor_fn="bposd", **noisy)))
+            print("   (no coprocessor (local): a flag-extracted shot is decoded by a decoder built from its model, "
+                  "which runs on a coprocessor)")
+        for label, dev in rows:
             out = run(dev, args.shots)
             rate, half = out.ler
             same = "identical to 2." if np.array_equal(out.samples, fixed.samples) else "differs from 2."

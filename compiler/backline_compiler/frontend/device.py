@@ -19,8 +19,9 @@ and a QEC code ``X`` exists when a pass named ``encode-X`` is installed (:func:`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,9 @@ from backline_core._resolution import needs_secret, resolve, with_secret
 from backline_core.sdk import DeploymentSecret
 
 POLICIES = ("round-robin", "by-check-type")
+#: what flag extraction's decoders are first built from, to check them before any program is compiled:
+#: a distance-5 repetition code's model (5 mechanisms, 4 detectors)
+STAND_IN_MODEL = "error(0.1) D0 L0\nerror(0.1) D0 D1\nerror(0.1) D1 D2\nerror(0.1) D2 D3\nerror(0.1) D3"
 #: A pass named ``encode-X`` encodes programs in the QEC code ``X``.
 ENCODE_PREFIX = "encode-"
 
@@ -68,6 +72,24 @@ def _quantum_device(device: Any) -> str:
     return plugin
 
 
+def _model_decoders(coprocessors: Sequence[Coprocessor]) -> tuple[str, ...]:
+    """Flag extraction: every coprocessor names a decoder plugin that builds from a detector error model."""
+    if not coprocessors:
+        raise PlacementError("Backline: extraction='flag' decodes each shot over its detector error model on a "
+                             "coprocessor; give one, e.g. Coprocessor(coprocessor_fn='lut')")
+    out = []
+    for node in coprocessors:
+        fn = node.coprocessor_fn
+        record = plugins.get("decoder", fn) if isinstance(fn, str) else None
+        if record is None or record.from_dem is None:
+            able = [n for n in plugins.names("decoder") if plugins.get("decoder", n).from_dem is not None]
+            raise PlacementError(f"Backline: extraction='flag' builds each coprocessor's decoder from the program's "
+                                 f"detector error model; coprocessor {node.name!r} has {fn!r}: name a decoder "
+                                 f"plugin that builds from one ({', '.join(able) or 'none installed'})")
+        out.append(fn)
+    return tuple(out)
+
+
 class Backline(Device):
     """A PennyLane device for programs compiled by :func:`~backline_compiler.qjit`.
 
@@ -82,6 +104,14 @@ class Backline(Device):
         noise: physical error rate of a depolarizing noise model (``inject-noise``), 0 for none.
         apply_correction: with ``qec_code``, apply the decoders' corrections (False: decode but
             do not correct, a baseline).
+        extraction: with ``qec_code``, the syndrome extraction (the pass's option): ``"bare"``
+            (a correction round after every gate, decoded in real time; not fault-tolerant) or
+            ``"flag"`` (flagged checks, each shot decoded once over its detectors). With
+            ``"flag"``, each coprocessor names a decoder plugin that builds from a detector
+            error model (``"lut"``, ``"bposd"``, ...): it is built, with ``decoder_params``,
+            from each compiled program's own model (:mod:`backline_compiler.detector_model`).
+        decoder_params: with ``extraction="flag"``, the decoders' parameters (e.g. ``{"depth": 2}``
+            for ``lut``).
         policy: how implicit decodes choose a coprocessor (``round-robin`` or ``by-check-type``).
         seed: seed of the quantum device's randomness (each run draws the next seed).
     """
@@ -90,7 +120,8 @@ class Backline(Device):
 
     def __init__(self, *, controller: Controller, coprocessors: Sequence[Coprocessor] = (),
                  transport: str = "memcpy", qec_code: str | None = None, noise: float = 0.0,
-                 apply_correction: bool = True, policy: str = "round-robin", seed: int | None = None) -> None:
+                 apply_correction: bool = True, policy: str = "round-robin", seed: int | None = None,
+                 extraction: str = "bare", decoder_params: Mapping[str, Any] | None = None) -> None:
         if not isinstance(controller, Controller):
             raise PlacementError(f"Backline: controller must be a backline_core.Controller, not {controller!r}")
         if qec_code is not None and qec_code not in (codes := qec_codes()):
@@ -105,8 +136,29 @@ class Backline(Device):
             raise PlacementError("Backline: noise needs a simulating device; null.qubit ignores noise "
                                  "(use default.clifford, which runs on stim)")
         super().__init__(wires=controller.device.wires)
+        if qec_code is not None and extraction != "bare":  # the pass checks its options
+            from backline_compiler import pipeline
+
+            try:
+                pipeline.make(ENCODE_PREFIX + qec_code, extraction=extraction)
+            except Exception as exc:
+                raise PlacementError(f"Backline: {exc}") from None
+        elif extraction != "bare":
+            raise PlacementError(f"Backline: extraction={extraction!r} needs a qec_code (e.g. qec_code='steane')")
+        self.extraction = extraction
+        self.decoder_params = dict(decoder_params or {})
+        #: per coprocessor, the decoder plugin built from each program's detector error model (flag extraction)
+        self.model_decoders = _model_decoders(coprocessors) if extraction == "flag" else ()
+        if self.decoder_params and not self.model_decoders:
+            raise PlacementError("Backline: decoder_params are for decoders built from a detector error model "
+                                 "(extraction='flag'); give them to the decoder you build otherwise")
         self.placement = Placement(controller=controller, coprocessors=list(coprocessors), transport=transport,
                                    qec_code=qec_code)
+        if self.model_decoders:
+            # checked now with a stand-in model: the decoders build with these parameters, the placement resolves
+            import stim
+
+            self.placement = self.placement_for([stim.DetectorErrorModel(STAND_IN_MODEL)])
         #: the placement resolved against the installed plugins (a bad one fails here)
         self.resolution = resolve(self.placement)
         if needs_secret(self.resolution):
@@ -128,18 +180,35 @@ class Backline(Device):
         return (f"<Backline device (wires={len(self.wires)}, runtime={self.quantum_device!r}, "
                 f"transport={self.placement.transport!r}, coprocessors: {cops}, qec_code={self.qec_code!r})>")
 
+    def placement_for(self, models: Sequence[Any]) -> Placement:
+        """The placement with each coprocessor's decoder built from ``models`` (flag extraction: one,
+        for decoder id 0, as a shot is decoded once)."""
+        if len(models) != 1:
+            raise PlacementError(f"Backline: a flag-extracted program has one decode per shot; this one has "
+                                 f"{len(models)}")
+        nodes = []
+        for node, name in zip(self.placement.coprocessors, self.model_decoders, strict=True):
+            try:
+                fn = plugins.get("decoder", name).build_from_dem(models[0], **self.decoder_params)
+            except Exception as exc:
+                raise PlacementError(f"Backline: coprocessor {node.name!r}: decoder {name!r} did not build from a "
+                                     f"detector error model: {exc}") from None
+            nodes.append(dataclasses.replace(node, coprocessor_fn=fn))
+        return dataclasses.replace(self.placement, coprocessors=nodes)
+
     def next_seed(self) -> int:
         return int(self._seeds.integers(0, 2**31 - 1))
 
     # runs -----------------------------------------------------------------------------
     @contextlib.contextmanager
-    def deployment(self) -> Iterator[None]:
-        """Start the coprocessors that run in another process (resolved ``runs_in="process"``) for one run."""
+    def deployment(self, resolution: Any = None) -> Iterator[None]:
+        """Start the coprocessors that run in another process (resolved ``runs_in="process"``) for one
+        run (of ``resolution``, a program's own; default the device's)."""
         from backline_core._deployment import start_process
 
         procs = []
         try:
-            for node in self.resolution.coprocessors:
+            for node in (resolution or self.resolution).coprocessors:
                 if node.runs_in == "process":
                     procs.append(start_process(node))
             yield

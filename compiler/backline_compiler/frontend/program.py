@@ -14,9 +14,11 @@ import numpy as np
 from xdsl.dialects import llvm
 from xdsl.passes import ModulePass
 
+from backline_core._resolution import resolve
 from backline_core.sdk import QuantumDevice, from_status, last_error, private_tempdir, summary
 
 from .. import codegen, pipeline
+from ..detector_model import detector_error_models
 from ..dialects import bqec
 from ..dialects.transport import BacklineAttr
 from ..passes.convert_bqec_to_llvm import ConvertBqecToLLVM
@@ -107,7 +109,9 @@ class CompiledQNode:
         module.verify()
         encode: list[ModulePass] = []
         if device.qec_code is not None:  # the installed pass encode-<qec_code> (see device.qec_codes)
-            encode.append(pipeline.make(ENCODE_PREFIX + device.qec_code, apply_correction=bool(device.apply_correction)))
+            options = {"extraction": device.extraction} if device.extraction != "bare" else {}
+            encode.append(pipeline.make(ENCODE_PREFIX + device.qec_code, apply_correction=bool(device.apply_correction),
+                                        **options))
         if device.noise:
             encode.append(InjectNoise(p=float(device.noise)))
         stages: list[Sequence[ModulePass] | None] = [encode] if encode else []
@@ -124,8 +128,14 @@ class CompiledQNode:
                 self._objects = workspace = private_tempdir("backline-objects-")
                 weakref.finalize(self, shutil.rmtree, workspace, True)
             stages.append(executor_stage(workspace))
+        #: the placement this program runs on: the device's, or with its decoders built from the program's model
+        self.resolution = device.resolution
         ran: list[ModulePass] = []
         for n, stage in enumerate(stages, 1):
+            if stage is None and device.model_decoders:
+                placement = device.placement_for(_models(module, device.noise))
+                module.attributes["backline.placement"] = BacklineAttr.from_placement(placement)
+                self.resolution = resolve(placement)
             if stage is None:
                 in_b, out_b = _message_sizes(module)
                 stage = (InjectTransportSession(in_bytes=in_b, out_bytes=out_b),
@@ -175,7 +185,7 @@ class CompiledQNode:
         out = np.full((shots, max(t.width, 1)), -1, dtype=np.int32)
         dev = self.device
         stats = RunStats(shots=shots, seconds=0.0)
-        with dev.deployment(), QuantumDevice.open(dev.quantum_device, self.physical_qubits,
+        with dev.deployment(self.resolution), QuantumDevice.open(dev.quantum_device, self.physical_qubits,
                                                   seed=dev.next_seed()) as qdev:
             logs = {}
             if self._setup is not None:
@@ -203,6 +213,20 @@ class CompiledQNode:
                 _check(teardown, "tearing down the placement's sessions (backline_teardown)")
         self.last_run = stats
         return results.reduce_all(t.measurements, out[:, : t.width], len(dev.wires))
+
+
+#: the noise a flag-extracted program without noise is modelled at: its decoder still needs a model (one
+#: whose faults are those of the noisy program; with no noise the decoder only sees empty syndromes)
+NOMINAL_NOISE = 0.001
+
+
+def _models(module: Any, noise: float) -> list[Any]:
+    """The detector error models of a flag-extracted module's decodes (at :data:`NOMINAL_NOISE` without noise)."""
+    if noise:
+        return detector_error_models(module)
+    noisy = module.clone()
+    pipeline.run(noisy, [InjectNoise(p=NOMINAL_NOISE)])
+    return detector_error_models(noisy)
 
 
 def _check(status: int, what: str, message: str | None = None) -> None:

@@ -37,18 +37,19 @@ Option ``extraction`` (default ``bare``, the rounds above) chooses the syndrome 
   CNOT, so a fault that spreads to two data errors fires the flag). ``|0_L>`` gets a
   verification measurement of logical ``Z`` (a preparation fault that leaves a weight-2
   ``X`` error flips it). No correction is applied between rounds: the errors are a Pauli
-  frame, and each logical measurement is decoded once over *every* detector of the shot so
-  far -- each check compared with its previous value carried through the transversal gates
-  (``H`` swaps a block's X and Z checks, ``S`` multiplies X by Z, ``CNOT c->t`` multiplies
-  ``X_c`` by ``X_t`` and ``Z_t`` by ``Z_c``), the flags, the verifications and the measured
-  block's final Z checks. That decode is the explicit ``bqec.decode`` (``decoder_id`` = the
-  logical measurement's index in program order, the detectors packed little-endian, one
-  byte back whose bit 0 flips the outcome); it carries ``backline.detectors`` and
-  ``backline.observable`` (measurement indices of the shot), from which
-  :func:`backline_compiler.detector_model.detector_error_models` builds each decode's
-  detector error model, so the decoder is any decoder plugin that builds from one. A logical
-  ``I`` is a round alone (a memory step). It needs a straight-line program (the decodes
-  index the shot's measurements in program order).
+  frame, and each shot is decoded once, at its last logical measurement, over *every*
+  detector of the shot -- each check compared with its previous value carried through the
+  transversal gates (``H`` swaps a block's X and Z checks, ``S`` multiplies X by Z,
+  ``CNOT c->t`` multiplies ``X_c`` by ``X_t`` and ``Z_t`` by ``Z_c``), the flags, the
+  verifications and the measured blocks' final Z checks. That decode is the explicit
+  ``bqec.decode`` (``decoder_id`` 0, the detectors packed little-endian, one reply bit per
+  logical outcome in measurement order, xor-ed into it); it carries ``backline.detectors``
+  and ``backline.observables`` (indices of the shot's measurements), from which
+  :func:`backline_compiler.detector_model.detector_error_models` builds its detector error
+  model, so the decoder is any decoder plugin that builds from one. A logical
+  ``I`` is a round alone (a memory step). A shot's logical ops must sit in one block (the
+  decode indexes its measurements in program order), and a logical outcome may feed only
+  side-effect-free ops before the shot's last logical measurement (they are moved after it).
 * ``steane`` (a verified ancilla block, transversal CNOT and measurement) is not built.
 
 Preparation follows program order only: the pass does not analyse control flow, so a logical
@@ -65,6 +66,7 @@ from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, IntegerAttr, Module
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.traits import is_side_effect_free
 from xdsl.utils.exceptions import PassFailedException
 
 from backline_core.sdk import STEANE_H, STEANE_LOGICAL
@@ -475,8 +477,11 @@ class EncodeSteane(ModulePass):
                     continue
                 pending.append((o, b.flagged_measure(block)))
                 if o in last:
-                    _uses_after(pending, o)
+                    moving = _defer_uses(pending, o)
                     outcomes = b.flagged_decode([bits for _, bits in pending], buffers[0][0], buffers[1][0])
+                    for later in moving:
+                        later.detach()
+                        Rewriter.insert_op(later, InsertPoint.before(o))
                     _grow(buffers[0][1], len(shot.detectors))
                     _grow(buffers[1][1], len(pending))
                     for (m, _), outcome in zip(pending, outcomes, strict=True):
@@ -512,13 +517,25 @@ def _last_measures(ops: list[Operation]) -> set[Operation]:
     return last
 
 
-def _uses_after(pending: list[tuple[q.MeasureOp, list[Bit]]], last: Operation) -> None:
+def _defer_uses(pending: list[tuple[q.MeasureOp, list[Bit]]], last: Operation) -> list[Operation]:
+    """The side-effect-free ops between the shot's first pending logical measurement and its last
+    that use an outcome (directly or through each other): they move after the shot's decode. Any
+    other use before it is refused: the outcome is not known until the shot is decoded."""
     block = last.parent_block()
     assert block is not None
-    at = block.get_operation_index(last)
-    for m, _ in pending:
-        for use in m.outcome.uses:
-            if use.operation.parent_block() is not block or block.get_operation_index(use.operation) < at:
-                raise _fail("extraction=flag decodes a shot once, after its last logical measurement; a logical "
-                            "outcome is used before that (a mid-circuit measurement that steers the program needs "
-                            "extraction=bare)")
+    tainted = {id(m.outcome) for m, _ in pending}
+    moving: list[Operation] = []
+    started = False
+    for op in block.ops:
+        if op is last:
+            break
+        started = started or op is pending[0][0]
+        if not started or any(op is m for m, _ in pending) or not any(id(v) in tainted for v in op.operands):
+            continue
+        if not is_side_effect_free(op) or op.regions:
+            raise _fail(f"extraction=flag decodes a shot once, after its last logical measurement; '{op.name}' uses "
+                        "a logical outcome before that (a mid-circuit measurement that steers the program needs "
+                        "extraction=bare)")
+        moving.append(op)
+        tainted |= {id(r) for r in op.results}
+    return moving

@@ -4,10 +4,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
+
+from backline_core.sdk import wilson
 
 _QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9, "max": 100.0}
 
@@ -18,16 +19,6 @@ def quantiles(values: Any, *keys: str) -> dict[str, float]:
     if x.size == 0:
         return {k: float("nan") for k in keys}
     return {k: float(v) for k, v in zip(keys, np.percentile(x, [_QUANTILES[k] for k in keys]))}
-
-
-def wilson(errors: int | None, n: int) -> list[float] | None:
-    """The 95 % Wilson interval of ``errors`` in ``n`` (None: not counted, or no shots)."""
-    if errors is None or n == 0:
-        return None
-    z, p = 1.959963984540054, errors / n
-    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    # at 0 (or n) errors the bound is exactly 0 (or 1); the formula leaves rounding residue there
-    return [0.0 if errors == 0 else max(0.0, centre - half), 1.0 if errors == n else min(1.0, centre + half)]
 
 
 class LogicalErrorRate:
