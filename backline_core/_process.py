@@ -121,6 +121,16 @@ def describe_exit(rc: int | None) -> str:
     return f"exited with status {rc}"
 
 
+def host_local_name(base: str, *parts: object) -> str:
+    """``BASE-PID[-PART...]``: a coprocessor name no other process on this host uses, since a host-local
+    transport (memcpy) finds a coprocessor by its name on the host and two programs may run at once.
+
+    >>> host_local_name("decoder", 2) == f"decoder-{os.getpid()}-2"
+    True
+    """
+    return "-".join([base, str(os.getpid()), *map(str, parts)])
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on ``host`` a moment ago (bound to port 0, read, closed). Another program
     may take it before the caller does; on a test machine that is rare.

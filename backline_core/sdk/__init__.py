@@ -49,7 +49,7 @@ _EXPORTS: dict[str, str] = {
     # processes
     "CoprocessorProcess": "_deployment", "child_environment": "_deployment", "start_process": "_deployment",
     "ChildProcess": "_process", "StopWatch": "_process", "proc_state": "_process", "children": "_process",
-    "describe_exit": "_process", "free_port": "_process", "gone": "_process", "pause": "_process",
+    "describe_exit": "_process", "free_port": "_process", "host_local_name": "_process", "gone": "_process", "pause": "_process",
     "resume": "_process", "proc_stat": "_process", "interpreter": "_deployment", "stop_process": "_process",
     "zombie": "_process", "signal_name": "_process", "exit_on_stop_signals": "_process",
     "private_tempdir": "_process", "sweep_orphaned_tempdirs": "_process",

@@ -737,7 +737,7 @@ def test_the_ghz_demo_gives_the_samples_memcpy_gives(backline_case: Case) -> Non
                                 endpoint=None if port is None else Endpoint(host=t.host, port=port)), shots)
     in_thread = demo.run(demo.device("default.clifford", noise=0.01, seed=7), shots)
     assert over.samples.tolist() == in_thread.samples.tolist()
-    assert over.rtt["steane-decoder"]["rounds"] == in_thread.rtt["steane-decoder"]["rounds"] > 0
+    assert over.rtt[demo.DECODER_NODE]["rounds"] == in_thread.rtt[demo.DECODER_NODE]["rounds"] > 0
 
 
 def test_a_coprocessor_in_an_executor_answers(backline_case: Case) -> None:

@@ -53,8 +53,11 @@ import pennylane as qml
 from backline_compiler import Backline, qjit
 from backline_core import Controller, Coprocessor, CoprocessorFunction, Endpoint
 from backline_core._errors import PluginError
-from backline_core.sdk import free_port, wilson
+from backline_core.sdk import free_port, host_local_name, wilson
 
+#: the coprocessor's name, this process's own (memcpy finds a coprocessor by its name on the host, and two demos
+#: may run at once); its round trips are reported under it
+DECODER_NODE = host_local_name("steane-decoder")
 #: Spin this long (µs) between rounds before sleeping: the simulator takes tens of µs per
 #: gate, and a sleeping coprocessor costs a wake-up on the next round.
 IDLE_SPIN_US = 5000
@@ -111,7 +114,7 @@ def device(quantum: str, *, coprocessor_fn: str | CoprocessorFunction | None = "
     ctrl = Controller(hardware="cpu", device=qml.device(quantum, wires=3))
     where: dict[str, Any] = {"executor": executor} if executor is not None else {"runs_in": runs_in}
     coprocessors = [] if coprocessor_fn is None else [
-        Coprocessor(name="steane-decoder", hardware="cpu", coprocessor_fn=coprocessor_fn,
+        Coprocessor(name=DECODER_NODE, hardware="cpu", coprocessor_fn=coprocessor_fn,
                     init_args={"idle_spin_us": IDLE_SPIN_US}, endpoint=endpoint, **where)]
     return Backline(controller=ctrl, coprocessors=coprocessors, transport=transport, qec_code="steane", noise=noise,
                     apply_correction=apply_correction, seed=seed, extraction=extraction,
@@ -141,7 +144,7 @@ class Outcome:
 
     def rounds_text(self) -> str:
         """Rounds per second of the shot loop, and the RTT median and P99, of the decoder."""
-        s = self.rtt.get("steane-decoder", {})
+        s = self.rtt.get(DECODER_NODE, {})
         seconds = self.us_per_shot * len(self.samples) / 1e6
         if "median_us" not in s or seconds <= 0:
             return "no decode rounds"

@@ -28,7 +28,7 @@ def test_noiseless_listing_3_gives_ghz_samples_and_records_every_round() -> None
     assert rows == {(0, 0, 0), (1, 1, 1)}
     # an X and a Z decode per block a gate touches -- H: 1 block, each CNOT: 2 -- so 10, plus
     # one decode per logical readout: 13 rounds per shot
-    rtt = out.rtt["steane-decoder"]
+    rtt = out.rtt[demo.DECODER_NODE]
     assert rtt["rounds"] == 200 * 13
     assert 0 < rtt["median_us"] < 1e4
 
@@ -38,7 +38,7 @@ def test_correction_lowers_the_logical_error_rate(corrected: demo.Outcome) -> No
     (r1, h1), (r0, h0) = corrected.ler, raw.ler
     print(f"\nGHZ demo, p={P}, {SHOTS} shots: LER corrected {r1:.4f} ± {h1:.4f}, uncorrected {r0:.4f} ± {h0:.4f}")
     assert r1 < r0
-    assert corrected.rtt["steane-decoder"]["rounds"] == SHOTS * 13
+    assert corrected.rtt[demo.DECODER_NODE]["rounds"] == SHOTS * 13
 
 
 @pytest.mark.parametrize("placement", ["bposd", "process", "local"])
@@ -59,7 +59,7 @@ def test_only_the_placement_changes_in_an_executor(corrected: demo.Outcome) -> N
     with handle.Executor.local() as ex:
         out = demo.run(demo.device("default.clifford", noise=P, seed=SEED, executor=ex), SHOTS)
     np.testing.assert_array_equal(out.samples, corrected.samples)
-    assert out.rtt["steane-decoder"]["rounds"] == SHOTS * 13
+    assert out.rtt[demo.DECODER_NODE]["rounds"] == SHOTS * 13
 
 
 def test_demo_command_compares_the_executor_with_in_process(capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,5 +107,5 @@ def test_demo_command_rejects_an_unknown_demo(capsys: pytest.CaptureFixture[str]
 
 def test_every_round_trip_is_recorded() -> None:
     out = demo.run(demo.device("null.qubit"), 25)
-    rtt = out.rtt["steane-decoder"]
+    rtt = out.rtt[demo.DECODER_NODE]
     assert rtt["rounds"] == rtt["recorded"] == 25 * 13

@@ -29,7 +29,7 @@ FLAG = {"extraction": "flag", "coprocessor_fn": "lut", "decoder_params": {"depth
 def test_noiseless_flag_ghz_gives_ghz_samples_one_decode_per_shot() -> None:
     out = demo.run(demo.device("default.clifford", seed=SEED, **FLAG), 200)
     assert {tuple(r) for r in out.samples.tolist()} == {(0, 0, 0), (1, 1, 1)}
-    assert out.rtt["steane-decoder"]["rounds"] == 200  # the shot is decoded once, at its last measurement
+    assert out.rtt[demo.DECODER_NODE]["rounds"] == 200  # the shot is decoded once, at its last measurement
 
 
 def test_the_same_samples_in_a_thread_and_in_its_own_process() -> None:

@@ -21,7 +21,7 @@ import stim
 
 from backline_core import (BacklineError, Controller, Coprocessor, Endpoint, InvalidArgumentError, Placement, deploy,
                            get_library, plugins)
-from backline_core.sdk import free_port, local_executor
+from backline_core.sdk import free_port, host_local_name, local_executor
 from .engine import Engine, encode_plan, engine_function, window_function
 from .native import ffi, lib
 from .parallel import ParallelStreamResult, dispatch
@@ -35,15 +35,9 @@ from .windows import ParallelWindowDecoder, SlidingWindowDecoder
 COPROCESSOR = "decoder"
 
 
-def node_name(base: str) -> str:
-    """The name of a coprocessor stream() places itself: ``BASE-PID``, since a host-local transport
-    (memcpy) finds a coprocessor by its name on this host, and two streams may run here at once."""
-    return f"{base}-{os.getpid()}"
-
-
 def worker_name(i: int) -> str:
     """The name of parallel-window or pool worker ``i`` when stream() places the workers."""
-    return node_name(f"worker-{i}")
+    return host_local_name(f"worker-{i}")
 #: where a networked transport's coprocessor listens when stream() makes the placement
 LOOPBACK = "127.0.0.1"
 #: the shortest cycle busy-wait pacing on CLOCK_MONOTONIC holds here (a clock read costs tens of ns)
@@ -326,7 +320,7 @@ def stream(circuit: stim.Circuit, decoder: str, *, shots: int = 1000, seed: int 
             coprocessor_args["cpu"] = coprocessor_cpu
         placement = Placement(controller=Controller(init_args=dict(transport_args or {})), transport=transport,
                               coprocessors=[
-            Coprocessor(name=node_name(COPROCESSOR), coprocessor_fn=engine_fn, runs_in=runs_in, endpoint=endpoint,
+            Coprocessor(name=host_local_name(COPROCESSOR), coprocessor_fn=engine_fn, runs_in=runs_in, endpoint=endpoint,
                         executor=executor, init_args=coprocessor_args)])
     else:
         if coprocessor_cpu is not None:
@@ -551,7 +545,7 @@ def _stream_tiered(circuit: stim.Circuit, decoder: str, auxiliary: str, *, shots
         if round_timeout_ms is not None:
             controller_args["timeout_ms"] = round_timeout_ms
         placements.append(Placement(controller=Controller(init_args=controller_args), transport=kind, coprocessors=[
-            Coprocessor(name=node_name(name), coprocessor_fn=fn, runs_in=where, endpoint=endpoint, executor=executor,
+            Coprocessor(name=host_local_name(name), coprocessor_fn=fn, runs_in=where, endpoint=endpoint, executor=executor,
                         init_args=args)]))
     in_bytes = max((len(m.detectors) + 7) // 8 for m in tw.models)
     out_bytes = max((tw.reply_width(k, tier) + 7) // 8 for k in range(len(tw.models)) for tier in (0, 1))

@@ -14,9 +14,10 @@ import pytest
 import stim
 
 from backline_core import BoundFunction, InvalidArgumentError, plugins
+from backline_core.sdk import host_local_name
 from backline_qec import SlidingWindowDecoder
 from backline_qec.engine import Engine, encode_plan, engine_function
-from backline_qec.stream import node_name, stream
+from backline_qec.stream import stream
 
 DEM_DECODERS = [n for n in plugins.names("decoder") if plugins.get("decoder", n).from_dem is not None]
 #: the decoders each test streams: the native ones and, where installed, a Python one
@@ -70,7 +71,7 @@ def test_the_stream_predicts_what_the_window_decoder_does_offline(name: str, tra
     assert report["shots"] == 400 and report["windows_per_shot"] == 3 and report["rounds"] == 7
     assert set(report["latency_ns"]) == {"p50", "p90", "p99", "p999", "max"}
     assert report["placement"] == {"transport": transport, "runs_in": runs_in, "init_args": args,
-                                   "coprocessor": node_name("decoder")}
+                                   "coprocessor": host_local_name("decoder")}
     json.dumps(report)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import itertools
-import os
 
 import time
 from collections import OrderedDict
@@ -134,10 +133,11 @@ def worker_placement(placement_json: str) -> Any:
     import dataclasses
 
     from backline_core import Placement
+    from backline_core.sdk import host_local_name
 
     placement = Placement.from_json(placement_json)
     n_ = next(_deployments)
-    nodes = [n if n.endpoint is not None else dataclasses.replace(n, name=f"{n.name}-{os.getpid()}-{n_}")
+    nodes = [n if n.endpoint is not None else dataclasses.replace(n, name=host_local_name(n.name, n_))
              for n in placement.coprocessors]
     return dataclasses.replace(placement, coprocessors=nodes)
 
