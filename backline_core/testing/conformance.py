@@ -724,18 +724,25 @@ def test_a_runs_in_that_is_no_place_is_refused(backline_case: Case) -> None:
 # ---- what the rest of Backline runs over the transport ---------------------------------------------
 
 
-def test_the_ghz_demo_gives_the_samples_memcpy_gives(backline_case: Case) -> None:
-    """Only the placement changes (``backline demo ghz --transport T --compare`` does the same)."""
+@pytest.mark.parametrize("extraction", ["bare", "flag"])
+def test_the_ghz_demo_gives_the_samples_memcpy_gives(backline_case: Case, extraction: str) -> None:
+    """Only the placement changes (``backline demo ghz --transport T --compare [--extraction flag]`` does
+    the same): the steane table after every gate, or flagged extraction decoded once per shot by a
+    decoder built from the program's detector error model."""
     c = backline_case
     t = c.transport
     if (t.name, t.place) == ("memcpy", "thread"):
         pytest.skip("memcpy in a thread is what the demo is compared with")
     demo = pytest.importorskip("backline_compiler.demos.ghz_steane", reason="needs backline-compiler[frontend]")
+    decoder, params = demo.DECODERS[extraction]
+    if extraction == "flag":
+        pytest.importorskip("backline_decoder_lut", reason="flag extraction's demo decoder is the lut plugin")
+    code = {"extraction": extraction, "coprocessor_fn": decoder, "decoder_params": params or None}
     port = c.port()
     shots = 30
     over = demo.run(demo.device("default.clifford", noise=0.01, seed=7, transport=t.name, runs_in=t.place,
-                                endpoint=None if port is None else Endpoint(host=t.host, port=port)), shots)
-    in_thread = demo.run(demo.device("default.clifford", noise=0.01, seed=7), shots)
+                                endpoint=None if port is None else Endpoint(host=t.host, port=port), **code), shots)
+    in_thread = demo.run(demo.device("default.clifford", noise=0.01, seed=7, **code), shots)
     assert over.samples.tolist() == in_thread.samples.tolist()
     assert over.rtt[demo.DECODER_NODE]["rounds"] == in_thread.rtt[demo.DECODER_NODE]["rounds"] > 0
 
